@@ -1,0 +1,1 @@
+"""Infera's console: the Django project that manages models, versions, users and live charts."""

@@ -1,0 +1,83 @@
+"""The contract every backend fulfils: load one model version on one device, execute one batch."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from engine.config import ModelConfig
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """Where an instance runs: the CPU or one GPU by index."""
+
+    kind: str = "CPU"
+    id: int = 0
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.kind == "GPU"
+
+    def __str__(self) -> str:
+        return f"cuda:{self.id}" if self.is_gpu else "cpu"
+
+
+class Backend(ABC):
+    """One loaded model version on one device. Knows nothing of queues; one worker thread calls it.
+
+    The instance worker calls `prepare` (compute_input), `execute` (compute_infer) and `split`
+    (compute_output) so each phase is timed on its own. Tensor backends keep the defaults: requests are
+    concatenated along the batch dimension and outputs are sliced back per request.
+    """
+
+    name: ClassVar[str] = ""
+
+    def __init__(self, config: ModelConfig, version_path: Path, device: Device) -> None:
+        self.config = config
+        self.version_path = Path(version_path)
+        self.device = device
+
+    @property
+    def model_path(self) -> Path:
+        return self.version_path / self.config.model_filename
+
+    @abstractmethod
+    def load(self) -> None:
+        """Read the model file and make it ready to execute; raise with a reason on failure."""
+
+    @abstractmethod
+    def execute(self, batch: Any) -> Any:
+        """Run one prepared batch and return what `split` takes."""
+
+    def unload(self) -> None:
+        """Release the runtime's resources."""
+
+    def prepare(self, requests: list[dict[str, np.ndarray]]) -> Any:
+        """Concatenate each input along the batch dimension (one request passes through untouched)."""
+        if len(requests) == 1:
+            return requests[0]
+        return {name: np.concatenate([r[name] for r in requests]) for name in requests[0]}
+
+    def split(self, outputs: dict[str, np.ndarray], batch_sizes: list[int]) -> list[dict[str, np.ndarray]]:
+        """Slice batched outputs back into one dict per request."""
+        if len(batch_sizes) == 1:
+            return [outputs]
+        results: list[dict[str, np.ndarray]] = [{} for _ in batch_sizes]
+        for name, array in outputs.items():
+            start = 0
+            for i, size in enumerate(batch_sizes):
+                results[i][name] = array[start : start + size]
+                start += size
+            if start != array.shape[0]:
+                raise ValueError(f"output '{name}' has batch {array.shape[0]}, the batch held {start}")
+        return results
+
+    @classmethod
+    def autocomplete(cls, config: ModelConfig, version_path: Path) -> ModelConfig:
+        """Fill what the config leaves out from the model file, where the runtime can tell."""
+        return config

@@ -1,0 +1,50 @@
+"""Plain data that flows through the engine: one inference request and its response."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(slots=True)
+class RequestedOutput:
+    """An output the client asked for, with its per-output parameters (binary_data, classification)."""
+
+    name: str
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class InferenceRequest:
+    """One client request, already decoded into numpy arrays and validated against the model config.
+
+    BYTES tensors are numpy object arrays of `bytes`. `batch_size` is the first dimension when the model
+    batches (max_batch_size > 0), else 1.
+    """
+
+    model_name: str
+    inputs: dict[str, np.ndarray]
+    model_version: int | None = None
+    id: str = ""
+    requested_outputs: list[RequestedOutput] | None = None
+    parameters: dict[str, Any] = field(default_factory=dict)
+    priority: int = 0
+    timeout_us: int = 0
+    sequence_id: int | str = 0
+    sequence_start: bool = False
+    sequence_end: bool = False
+    batch_size: int = 1
+    arrival_ns: int = 0
+
+
+@dataclass(slots=True)
+class InferenceResponse:
+    """The outputs of one request, in the order the model config lists them."""
+
+    model_name: str
+    model_version: int
+    outputs: dict[str, np.ndarray]
+    id: str = ""
+    parameters: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,244 @@
+"""Model versions and their states: load, warm up, switch traffic, drain and unload without downtime."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+import numpy as np
+
+from engine.backends import Device, get_backend
+from engine.config import InstanceGroup, ModelConfig
+from engine.datatypes import config_to_wire, numpy_dtype
+from engine.dispatch import Dispatcher
+from engine.errors import LoadError, ModelNotFound, Unavailable
+from engine.instances import ModelInstance
+from engine.schedulers.batcher import DynamicBatcher
+from engine.stats import ModelStats
+from engine.types import InferenceRequest, InferenceResponse
+
+log = logging.getLogger("infera.engine")
+
+
+class ModelState(StrEnum):
+    """Triton's model version states."""
+
+    LOADING = "LOADING"
+    READY = "READY"
+    UNLOADING = "UNLOADING"
+    UNAVAILABLE = "UNAVAILABLE"
+
+
+def instance_devices(config: ModelConfig, gpus: int) -> list[Device]:
+    """One Device per instance, from `instance_group` (count per GPU for KIND_GPU, as Triton counts)."""
+    devices: list[Device] = []
+    for group in config.instance_group or [InstanceGroup()]:
+        kind = group.kind
+        if kind == "KIND_AUTO":
+            kind = "KIND_GPU" if gpus and config.backend_name != "python" else "KIND_CPU"
+        if kind == "KIND_GPU":
+            if not gpus:
+                raise LoadError(
+                    f"instance group '{group.name or config.name}' asks for KIND_GPU but this machine has no GPU"
+                )
+            ids = group.gpus or list(range(gpus))
+            missing = [g for g in ids if g >= gpus]
+            if missing:
+                raise LoadError(f"instance group asks for GPU {missing}, this machine has {gpus} GPU(s)")
+            devices += [Device("GPU", g) for g in ids for _ in range(group.count)]
+        else:
+            devices += [Device("CPU", 0) for _ in range(group.count)]
+    return devices
+
+
+def warmup_inputs(config: ModelConfig, sample) -> dict[str, np.ndarray]:
+    """Arrays for one `model_warmup` sample (zero or random data)."""
+    rng = np.random.default_rng(0)
+    arrays: dict[str, np.ndarray] = {}
+    for name, spec in sample.inputs.items():
+        shape = ([sample.batch_size] if config.max_batch_size > 0 else []) + [max(d, 1) for d in spec.dims]
+        wire = config_to_wire(spec.data_type)
+        if wire == "BYTES":
+            arrays[name] = np.full(shape, b"0", dtype=object)
+        elif spec.random_data:
+            arrays[name] = rng.random(shape).astype(numpy_dtype(wire))
+        else:
+            arrays[name] = np.zeros(shape, dtype=numpy_dtype(wire))
+    return arrays
+
+
+class ServedVersion:
+    """One loaded model version: its instances, its dispatcher, its stats and its in-flight count."""
+
+    def __init__(self, config: ModelConfig, version: int, path: Path) -> None:
+        self.config = config
+        self.name = config.name
+        self.version = version
+        self.path = Path(path)
+        self.state = ModelState.LOADING
+        self.reason = ""
+        self.stats = ModelStats(self.name, version)
+        self.instances: list[ModelInstance] = []
+        self.dispatcher: Dispatcher | None = None
+        self.inflight = 0
+        self._drained = asyncio.Event()
+        self._drained.set()
+
+    async def load(self, gpus: int) -> None:
+        """Create and load every instance, warm up, then start taking requests; cleans up on failure."""
+        backend_cls = get_backend(self.config.backend_name)
+        try:
+            for i, device in enumerate(instance_devices(self.config, gpus)):
+                backend = backend_cls(self.config, self.path, device)
+                await asyncio.to_thread(backend.load)
+                instance = ModelInstance(f"{self.name}-{self.version}-{i}", backend)
+                instance.start()
+                self.instances.append(instance)
+            await self._warm_up()
+        except BaseException:
+            await self._release()
+            raise
+        self.dispatcher = Dispatcher(
+            self.name, self.version, DynamicBatcher(self.config), self.instances, self.stats
+        )
+        self.dispatcher.start()
+        self.state = ModelState.READY
+
+    async def _warm_up(self) -> None:
+        for sample in self.config.model_warmup:
+            inputs = warmup_inputs(self.config, sample)
+            size = sample.batch_size if self.config.max_batch_size > 0 else 1
+            for instance in self.instances:
+                for _ in range(max(sample.count, 1)):
+                    await instance.execute([inputs], [size])
+
+    async def infer(self, request: InferenceRequest) -> InferenceResponse:
+        if self.state is not ModelState.READY or self.dispatcher is None:
+            raise Unavailable(f"model '{self.name}' version {self.version} is not ready")
+        self.inflight += 1
+        self._drained.clear()
+        try:
+            return await self.dispatcher.submit(request)
+        finally:
+            self.inflight -= 1
+            if not self.inflight:
+                self._drained.set()
+
+    async def unload(self) -> None:
+        """Stop new traffic, let in-flight requests finish, then release the runtime."""
+        self.state = ModelState.UNLOADING
+        await self._drained.wait()
+        if self.dispatcher is not None:
+            await self.dispatcher.stop()
+        await self._release()
+        self.state = ModelState.UNAVAILABLE
+        self.reason = "unloaded"
+
+    async def _release(self) -> None:
+        for instance in self.instances:
+            await asyncio.to_thread(instance.stop)
+            await asyncio.to_thread(instance.backend.unload)
+        self.instances = []
+
+
+@dataclass
+class ModelEntry:
+    """Every version of one model the engine knows, which one takes unversioned traffic, and past failures."""
+
+    name: str
+    versions: dict[int, ServedVersion] = field(default_factory=dict)
+    active: int | None = None
+    failures: dict[int, str] = field(default_factory=dict)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class ModelManager:
+    """Loads, swaps and unloads model versions; the only writer of which version serves."""
+
+    def __init__(self, gpus: int = 0) -> None:
+        self.gpus = gpus
+        self.models: dict[str, ModelEntry] = {}
+
+    async def load(
+        self, config: ModelConfig, version_paths: dict[int, Path], active: int | None = None
+    ) -> None:
+        """Serve exactly these versions: load new ones, swap, drain and unload the rest.
+
+        A failure leaves what was serving untouched and raises LoadError with the reason.
+        """
+        if not version_paths:
+            raise LoadError(f"model '{config.name}' has no version to load")
+        entry = self.models.setdefault(config.name, ModelEntry(config.name))
+        async with entry.lock:
+            kept: dict[int, ServedVersion] = {}
+            fresh: list[ServedVersion] = []
+            for version, path in sorted(version_paths.items()):
+                current = entry.versions.get(version)
+                if (
+                    current
+                    and current.state is ModelState.READY
+                    and current.path == Path(path)
+                    and current.config == config
+                ):
+                    kept[version] = current
+                    continue
+                served = ServedVersion(config, version, path)
+                try:
+                    await served.load(self.gpus)
+                except Exception as exc:  # noqa: BLE001 - any runtime failure is a load failure with its reason
+                    entry.failures[version] = str(exc)
+                    for done in fresh:
+                        await done.unload()
+                    raise LoadError(f"failed to load '{config.name}' version {version}: {exc}") from exc
+                fresh.append(served)
+                kept[version] = served
+                entry.failures.pop(version, None)
+            retired = [v for k, v in entry.versions.items() if kept.get(k) is not v]
+            entry.versions = kept
+            entry.active = active if active in kept else max(kept)
+            log.info("model '%s' serving versions %s (active %s)", config.name, sorted(kept), entry.active)
+        for old in retired:
+            await old.unload()
+
+    async def unload(self, name: str) -> None:
+        """Unload every version of a model after its in-flight requests finish."""
+        entry = self.models.get(name)
+        if entry is None:
+            raise ModelNotFound(f"Request for unknown model: '{name}' is not found")
+        async with entry.lock:
+            retired = list(entry.versions.values())
+            entry.versions = {}
+            entry.active = None
+        for old in retired:
+            await old.unload()
+
+    def set_active(self, name: str, version: int) -> None:
+        entry = self.models.get(name)
+        if entry is None or version not in entry.versions:
+            raise ModelNotFound(f"Request for unknown model: '{name}' version {version} is not found")
+        entry.active = version
+
+    def get(self, name: str, version: int | None = None) -> ServedVersion:
+        """The version that takes this request: the named one, or the active one."""
+        entry = self.models.get(name)
+        if entry is None or (not entry.versions and not entry.failures):
+            raise ModelNotFound(f"Request for unknown model: '{name}' is not found")
+        if version is None:
+            version = entry.active
+            if version is None:
+                raise Unavailable(f"model '{name}' has no version ready")
+        served = entry.versions.get(version)
+        if served is None:
+            if version in entry.failures:
+                raise Unavailable(f"model '{name}' version {version} is not ready: {entry.failures[version]}")
+            raise ModelNotFound(f"Request for unknown model: '{name}' version {version} is not found")
+        return served
+
+    async def stop(self) -> None:
+        for name in list(self.models):
+            entry = self.models[name]
+            if entry.versions:
+                await self.unload(name)

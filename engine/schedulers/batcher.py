@@ -1,0 +1,172 @@
+"""The dynamic batcher's bookkeeping: priority queues in, batches out, decided against an explicit clock.
+
+Triton's rules: a batch holds at most `max_batch_size` inferences; it is sent at once when it reaches the
+maximum or a preferred size; otherwise the oldest request may wait up to `max_queue_delay_microseconds` for
+more company, and then the largest preferred size that can be formed (or everything) goes. Only requests
+whose non-batch dimensions agree share a batch. Without `dynamic_batching` each request runs alone (the
+default scheduler).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from dataclasses import dataclass, field
+
+from engine.config import ModelConfig, QueuePolicy
+from engine.errors import Unavailable
+from engine.types import InferenceRequest
+
+
+@dataclass(slots=True, eq=False)
+class PendingRequest:
+    """A validated request waiting in a queue, with the future its caller awaits."""
+
+    request: InferenceRequest
+    future: asyncio.Future
+    enqueue_ns: int
+    shape_key: tuple = ()
+    deadline_ns: int = 0
+    level: int = 0
+
+    @property
+    def batch_size(self) -> int:
+        return self.request.batch_size
+
+
+@dataclass(slots=True)
+class Batch:
+    """Requests that execute together on one instance."""
+
+    requests: list[PendingRequest] = field(default_factory=list)
+    size: int = 0
+
+
+def shape_key(request: InferenceRequest, batching: bool) -> tuple:
+    """What must agree for two requests to share a batch: every input's non-batch shape."""
+    skip = 1 if batching else 0
+    return tuple((name, array.shape[skip:]) for name, array in request.inputs.items())
+
+
+class DynamicBatcher:
+    """Decides which queued requests form the next batch; the caller owns the clock, the loop and the instances."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        self.max_batch_size = max(config.max_batch_size, 1)
+        self.batching = config.dynamic_batching is not None and config.max_batch_size > 0
+        db = config.dynamic_batching
+        self.delay_ns = (db.max_queue_delay_microseconds * 1000) if db else 0
+        self.preferred = sorted(
+            {p for p in (db.preferred_batch_size if db else []) if p <= self.max_batch_size}
+        )
+        levels = db.priority_levels if db and db.priority_levels > 0 else 1
+        self.default_level = (db.default_priority_level or levels) if db and db.priority_levels > 0 else 1
+        self.policies: dict[int, QueuePolicy] = {}
+        for level in range(1, levels + 1):
+            policy = (db.priority_queue_policy.get(level) if db else None) or (
+                db.default_queue_policy if db else None
+            )
+            self.policies[level] = policy or QueuePolicy()
+        self.queues: dict[int, deque[PendingRequest]] = {level: deque() for level in self.policies}
+        self.size = 0
+
+    def __len__(self) -> int:
+        return self.size
+
+    def level_of(self, request: InferenceRequest) -> int:
+        """The priority queue a request goes to (1 is the highest; 0 means the default level)."""
+        if request.priority and request.priority in self.queues:
+            return request.priority
+        return self.default_level
+
+    def add(self, pending: PendingRequest, now_ns: int) -> None:
+        """Queue a request, or raise Unavailable when its priority queue is full."""
+        level = self.level_of(pending.request)
+        policy = self.policies[level]
+        queue = self.queues[level]
+        if policy.max_queue_size and len(queue) >= policy.max_queue_size:
+            raise Unavailable(
+                f"inference request for model '{pending.request.model_name}' rejected: "
+                f"queue is full ({policy.max_queue_size} requests)"
+            )
+        timeout_us = policy.default_timeout_microseconds
+        if policy.allow_timeout_override and pending.request.timeout_us:
+            timeout_us = (
+                pending.request.timeout_us if not timeout_us else min(timeout_us, pending.request.timeout_us)
+            )
+        pending.level = level
+        pending.deadline_ns = now_ns + timeout_us * 1000 if timeout_us else 0
+        pending.enqueue_ns = pending.enqueue_ns or now_ns
+        queue.append(pending)
+        self.size += 1
+
+    def expire(self, now_ns: int) -> list[PendingRequest]:
+        """Remove and return requests whose queue timeout passed (REJECT policy) or whose caller gave up."""
+        expired: list[PendingRequest] = []
+        for level, queue in self.queues.items():
+            if not queue:
+                continue
+            reject = self.policies[level].timeout_action != "DELAY"
+            keep: deque[PendingRequest] = deque()
+            for p in queue:
+                if p.future.done() or (reject and p.deadline_ns and p.deadline_ns <= now_ns):
+                    expired.append(p)
+                else:
+                    keep.append(p)
+            self.queues[level] = keep
+        self.size -= len(expired)
+        return expired
+
+    def _candidates(self) -> list[PendingRequest]:
+        """Requests in dispatch order: higher priority first, then arrival; DELAY-expired ones go last."""
+        ordered: list[PendingRequest] = []
+        for level in sorted(self.queues):
+            ordered.extend(self.queues[level])
+        return ordered
+
+    def next_batch(self, now_ns: int) -> Batch | None:
+        """The batch to send now, or None to wait (until `next_deadline`, or for more requests)."""
+        if not self.size:
+            return None
+        candidates = self._candidates()
+        head = candidates[0]
+        if not self.batching:
+            return self._take([head])
+        chosen: list[PendingRequest] = []
+        total = 0
+        sizes_at: list[int] = []  # running total after each chosen request
+        for p in candidates:
+            if p.shape_key != head.shape_key:
+                continue
+            if total + p.batch_size > self.max_batch_size:
+                if total == 0:  # a request that alone exceeds the limit was rejected at validation
+                    chosen.append(p)
+                break
+            chosen.append(p)
+            total += p.batch_size
+            sizes_at.append(total)
+        at_preferred = any(s in self.preferred for s in sizes_at)
+        if total < self.max_batch_size and not at_preferred and now_ns - head.enqueue_ns < self.delay_ns:
+            return None
+        if self.preferred:
+            best = max((s for s in sizes_at if s in self.preferred), default=0)
+            if best:
+                return self._take(chosen[: sizes_at.index(best) + 1])
+        return self._take(chosen)
+
+    def next_deadline(self) -> int | None:
+        """When the oldest request's delay expires (monotonic ns), if the batcher is waiting on a delay."""
+        if not self.size or not self.batching or not self.delay_ns:
+            return None
+        head = self._candidates()[0]
+        deadline = head.enqueue_ns + self.delay_ns
+        timeouts = [p.deadline_ns for q in self.queues.values() for p in q if p.deadline_ns]
+        return min([deadline, *timeouts])
+
+    def _take(self, chosen: list[PendingRequest]) -> Batch:
+        ids = {id(p) for p in chosen}
+        for level, queue in self.queues.items():
+            if any(id(p) in ids for p in queue):
+                self.queues[level] = deque(p for p in queue if id(p) not in ids)
+        self.size -= len(chosen)
+        return Batch(requests=chosen, size=sum(p.batch_size for p in chosen))

@@ -1,0 +1,213 @@
+"""Decode a v2 infer request body (JSON header plus optional binary section) into an InferenceRequest."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import orjson
+
+from engine.config import ModelConfig
+from engine.errors import InvalidArgument
+from engine.protocol.tensors import array_from_binary, array_from_json
+from engine.protocol.validation import (
+    apply_reshape,
+    check_input,
+    check_required_inputs,
+    common_batch_size,
+    input_config,
+)
+from engine.types import InferenceRequest, RequestedOutput
+
+Body = bytes | bytearray | memoryview
+
+
+def decode_infer_request(
+    body: Body,
+    header_length: int | None,
+    config: ModelConfig,
+    *,
+    model_name: str | None = None,
+    model_version: int | None = None,
+) -> InferenceRequest:
+    """Parse and validate one infer request for the model `config` describes.
+
+    `header_length` is the `Inference-Header-Content-Length` value: the JSON header is that many bytes,
+    binary tensor data follows. Every problem raises InvalidArgument with the client's vocabulary.
+    """
+    view = memoryview(body)
+    header, binary = split_body(view, header_length)
+    document = parse_json_object(header)
+    parameters = _parameters(document.get("parameters"), "request")
+    request = InferenceRequest(
+        model_name=model_name or config.name,
+        inputs={},
+        model_version=model_version,
+        id=_request_id(document.get("id", "")),
+    )
+    _apply_request_parameters(request, parameters)
+    request.inputs, request.batch_size = _decode_inputs(document.get("inputs"), binary, config)
+    if "outputs" in document:
+        request.requested_outputs = _requested_outputs(document["outputs"], config)
+    return request
+
+
+def split_body(view: memoryview, header_length: int | None) -> tuple[memoryview, memoryview]:
+    """Split the body into the JSON header and the binary section."""
+    if header_length is None:
+        return view, view[len(view) :]
+    if header_length < 0 or header_length > len(view):
+        raise InvalidArgument(
+            f"Inference-Header-Content-Length {header_length} is beyond the body of {len(view)} bytes"
+        )
+    return view[:header_length], view[header_length:]
+
+
+def parse_header_length(value: str | bytes | None) -> int | None:
+    """The `Inference-Header-Content-Length` header as a number (None when absent)."""
+    if value is None:
+        return None
+    text = value.decode("latin-1") if isinstance(value, bytes) else value
+    if not text.strip().isdigit():
+        raise InvalidArgument(f"Inference-Header-Content-Length '{text}' is not a byte count")
+    return int(text)
+
+
+def parse_json_object(raw: Body) -> dict[str, Any]:
+    """Parse a JSON body that must be an object."""
+    try:
+        document = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidArgument(f"malformed JSON in the request body: {exc}") from None
+    if not isinstance(document, dict):
+        raise InvalidArgument("the request body must be a JSON object")
+    return document
+
+
+def _request_id(value: Any) -> str:
+    if not isinstance(value, str):
+        raise InvalidArgument("request 'id' must be a string")
+    return value
+
+
+def _parameters(value: Any, owner: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidArgument(f"{owner} 'parameters' must be a JSON object")
+    return value
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _apply_request_parameters(request: InferenceRequest, parameters: dict[str, Any]) -> None:
+    """Move Triton's reserved request parameters into fields; the rest pass through to the model."""
+    rest = dict(parameters)
+    if "sequence_id" in rest:
+        value = rest.pop("sequence_id")
+        if not (isinstance(value, str) or (_is_int(value) and value >= 0)):
+            raise InvalidArgument("parameter 'sequence_id' must be a non-negative integer or a string")
+        request.sequence_id = value
+    for key in ("sequence_start", "sequence_end"):
+        if key in rest:
+            value = rest.pop(key)
+            if not isinstance(value, bool):
+                raise InvalidArgument(f"parameter '{key}' must be true or false")
+            setattr(request, key, value)
+    if "priority" in rest:
+        value = rest.pop("priority")
+        if not (_is_int(value) and value >= 0):
+            raise InvalidArgument("parameter 'priority' must be a non-negative integer")
+        request.priority = value
+    if "timeout" in rest:
+        value = rest.pop("timeout")
+        if not (_is_int(value) and value >= 0):
+            raise InvalidArgument("parameter 'timeout' must be a non-negative integer of microseconds")
+        request.timeout_us = value
+    if "binary_data_output" in rest and not isinstance(rest["binary_data_output"], bool):
+        raise InvalidArgument("parameter 'binary_data_output' must be true or false")
+    request.parameters = rest
+
+
+def _decode_inputs(entries: Any, binary: memoryview, config: ModelConfig) -> tuple[dict[str, np.ndarray], int]:
+    """Decode every input in request order, consuming the binary section as each one claims it."""
+    if not isinstance(entries, list):
+        raise InvalidArgument("the request must have an 'inputs' list")
+    inputs: dict[str, np.ndarray] = {}
+    batches: dict[str, int] = {}
+    offset = 0
+    for entry in entries:
+        name, datatype, shape, parameters = _input_header(entry)
+        if name in inputs:
+            raise InvalidArgument(f"input '{name}' appears more than once in the request")
+        tensor = input_config(config, name)
+        batches[name] = check_input(config, tensor, datatype, shape)
+        if "shared_memory_region" in parameters:
+            raise InvalidArgument(f"input '{name}' uses shared memory, which Infera does not support")
+        size = parameters.get("binary_data_size")
+        if size is not None:
+            if "data" in entry:
+                raise InvalidArgument(f"input '{name}' has both 'data' and 'binary_data_size'")
+            if not (_is_int(size) and size >= 0):
+                raise InvalidArgument(f"input '{name}' has a 'binary_data_size' that is not a byte count")
+            if size > len(binary) - offset:
+                raise InvalidArgument(
+                    f"input '{name}' has binary_data_size {size} but only {len(binary) - offset} bytes "
+                    "of binary data remain in the body"
+                )
+            array = array_from_binary(name, datatype, shape, binary[offset : offset + size])
+            offset += size
+        elif "data" in entry:
+            array = array_from_json(name, datatype, shape, entry["data"])
+        else:
+            raise InvalidArgument(f"input '{name}' has neither 'data' nor 'binary_data_size'")
+        inputs[name] = apply_reshape(config, tensor, array)
+    if offset != len(binary):
+        raise InvalidArgument(f"the body has {len(binary) - offset} bytes of binary data no input claims")
+    check_required_inputs(config, inputs)
+    batch = common_batch_size(config, batches) if config.max_batch_size > 0 else 1
+    return inputs, batch
+
+
+def _input_header(entry: Any) -> tuple[str, str, list[int], dict[str, Any]]:
+    """Name, datatype, shape and parameters of one `inputs` entry, type-checked."""
+    if not isinstance(entry, dict):
+        raise InvalidArgument("each entry of 'inputs' must be a JSON object")
+    name = entry.get("name")
+    if not isinstance(name, str):
+        raise InvalidArgument("each input needs a 'name' string")
+    datatype = entry.get("datatype")
+    if not isinstance(datatype, str):
+        raise InvalidArgument(f"input '{name}' needs a 'datatype' string")
+    shape = entry.get("shape")
+    if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
+        raise InvalidArgument(f"input '{name}' needs a 'shape' list of non-negative integers")
+    return name, datatype, shape, _parameters(entry.get("parameters"), f"input '{name}'")
+
+
+def _requested_outputs(entries: Any, config: ModelConfig) -> list[RequestedOutput]:
+    """The `outputs` list: known names, each at most once, with their parameters."""
+    if not isinstance(entries, list):
+        raise InvalidArgument("request 'outputs' must be a list")
+    requested: list[RequestedOutput] = []
+    seen: set[str] = set()
+    for entry in entries:
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            raise InvalidArgument("each entry of 'outputs' must be a JSON object with a 'name'")
+        name = entry["name"]
+        if config.output_named(name) is None:
+            raise InvalidArgument(f"unexpected inference output '{name}' for model '{config.name}'")
+        if name in seen:
+            raise InvalidArgument(f"output '{name}' is requested more than once")
+        seen.add(name)
+        parameters = _parameters(entry.get("parameters"), f"output '{name}'")
+        if "binary_data" in parameters and not isinstance(parameters["binary_data"], bool):
+            raise InvalidArgument(f"output '{name}' has a 'binary_data' parameter that is not true or false")
+        if "classification" in parameters:
+            raise InvalidArgument(f"output '{name}' asks for classification, which Infera does not support")
+        if "shared_memory_region" in parameters:
+            raise InvalidArgument(f"output '{name}' uses shared memory, which Infera does not support")
+        requested.append(RequestedOutput(name=name, parameters=parameters))
+    return requested

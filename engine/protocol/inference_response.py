@@ -1,0 +1,92 @@
+"""Encode an InferenceResponse as a v2 body: JSON outputs, binary outputs, or both."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import orjson
+
+from engine.datatypes import wire_type_of
+from engine.protocol.tensors import BINARY_ONLY_TYPES, array_to_binary, bytes_to_json_data
+from engine.types import InferenceRequest, InferenceResponse
+
+_JSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
+
+
+def encode_infer_response(
+    response: InferenceResponse, request: InferenceRequest | None = None
+) -> tuple[bytes, int | None]:
+    """Return the body and, when binary outputs follow the JSON, the `Inference-Header-Content-Length`.
+
+    Outputs go in the order the client requested them (all outputs when it named none); each is binary
+    when its `binary_data` parameter says so, else when the request's `binary_data_output` does. FP16
+    and BF16 are always binary, as is a BYTES output that is not valid UTF-8.
+    """
+    binary_default = bool(request.parameters.get("binary_data_output", False)) if request else False
+    selection = _selected_outputs(response, request, binary_default)
+    outputs: list[dict[str, Any]] = []
+    chunks: list[bytes] = []
+    for name, array, binary in selection:
+        entry, chunk = _encode_output(name, array, binary)
+        outputs.append(entry)
+        if chunk is not None:
+            chunks.append(chunk)
+    document: dict[str, Any] = {
+        "model_name": response.model_name,
+        "model_version": str(response.model_version),
+    }
+    request_id = response.id or (request.id if request else "")
+    if request_id:
+        document["id"] = request_id
+    if response.parameters:
+        document["parameters"] = response.parameters
+    document["outputs"] = outputs
+    header = orjson.dumps(document, default=_json_fallback, option=_JSON_OPTIONS)
+    if not chunks:
+        return header, None
+    return b"".join([header, *chunks]), len(header)
+
+
+def _selected_outputs(
+    response: InferenceResponse, request: InferenceRequest | None, binary_default: bool
+) -> list[tuple[str, np.ndarray, bool]]:
+    """(name, array, wants binary) for each output the response carries back."""
+    if request is None or request.requested_outputs is None:
+        return [(name, array, binary_default) for name, array in response.outputs.items()]
+    selected = []
+    for output in request.requested_outputs:
+        array = response.outputs.get(output.name)
+        if array is not None:
+            selected.append((output.name, array, bool(output.parameters.get("binary_data", binary_default))))
+    return selected
+
+
+def _encode_output(name: str, array: np.ndarray, binary: bool) -> tuple[dict[str, Any], bytes | None]:
+    """One `outputs` entry and, for a binary output, its bytes."""
+    array = np.asarray(array)
+    datatype = wire_type_of(array)
+    entry: dict[str, Any] = {"name": name, "datatype": datatype, "shape": list(array.shape)}
+    data: Any = None
+    if not binary and datatype not in BINARY_ONLY_TYPES:
+        if datatype == "BYTES":
+            data = bytes_to_json_data(array)
+        else:
+            data = np.ascontiguousarray(array).reshape(-1)
+    if data is None:
+        chunk = array_to_binary(datatype, array)
+        entry["parameters"] = {"binary_data_size": len(chunk)}
+        return entry, chunk
+    entry["data"] = data
+    return entry, None
+
+
+def _json_fallback(value: Any) -> Any:
+    """Serialize what orjson's numpy support skips (numpy scalars in parameters, odd dtypes)."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    raise TypeError(f"cannot serialize {type(value).__name__} to JSON")

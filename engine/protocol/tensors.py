@@ -1,0 +1,166 @@
+"""One tensor between numpy and the v2 wire: JSON `data` lists and the binary tensor extension."""
+
+from __future__ import annotations
+
+import struct
+from math import prod
+from typing import Any
+
+import numpy as np
+
+from engine.datatypes import numpy_dtype
+from engine.errors import InvalidArgument
+
+# JSON cannot carry these faithfully; Triton accepts and returns them only as binary data
+BINARY_ONLY_TYPES = frozenset({"FP16", "BF16"})
+_INTEGER_KINDS = "iu"
+_NUMBER_KINDS = "iuf"
+_LENGTH = struct.Struct("<I")
+
+
+def shape_text(shape: list[int] | tuple[int, ...]) -> str:
+    """`[2, 16]`, the way error messages print shapes."""
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def element_count(shape: list[int]) -> int:
+    """Number of elements a shape holds."""
+    return prod(shape)
+
+
+def array_from_json(name: str, datatype: str, shape: list[int], data: Any) -> np.ndarray:
+    """Build the tensor of input `name` from its JSON `data` (flat or nested lists)."""
+    if datatype in BINARY_ONLY_TYPES:
+        raise InvalidArgument(f"input '{name}' of datatype {datatype} must be sent as binary data")
+    if not isinstance(data, list):
+        raise InvalidArgument(f"input '{name}' expects 'data' to be a list")
+    count = element_count(shape)
+    if datatype == "BYTES":
+        values = _flatten_strings(name, data)
+        _check_count(name, shape, len(values), count)
+        array = np.empty(len(values), dtype=object)
+        array[:] = values
+        return array.reshape(shape)
+    try:
+        values = np.asarray(data)  # C loop over the list; ragged nesting raises ValueError
+    except (ValueError, TypeError, OverflowError):
+        raise InvalidArgument(f"input '{name}' has 'data' that is not a regular list of numbers") from None
+    _check_count(name, shape, values.size, count)
+    dtype = numpy_dtype(datatype)
+    if values.size:
+        _check_kind(name, datatype, dtype, values)
+    return values.astype(dtype, copy=False).reshape(shape)
+
+
+def _flatten_strings(name: str, data: list[Any]) -> list[bytes]:
+    """Flatten nested lists of strings to UTF-8 bytes; anything else is an error."""
+    out: list[bytes] = []
+    stack = [iter(data)]
+    while stack:
+        for item in stack[-1]:
+            if isinstance(item, str):
+                out.append(item.encode("utf-8", "surrogatepass"))
+            elif isinstance(item, list):
+                stack.append(iter(item))
+                break
+            else:
+                raise InvalidArgument(f"input '{name}' of datatype BYTES expects strings in 'data'")
+        else:
+            stack.pop()
+    return out
+
+
+def _check_count(name: str, shape: list[int], got: int, needed: int) -> None:
+    if got != needed:
+        raise InvalidArgument(f"input '{name}' has {got} values in 'data' but shape {shape_text(shape)} needs {needed}")
+
+
+def _check_kind(name: str, datatype: str, dtype: np.dtype, values: np.ndarray) -> None:
+    """Refuse JSON values of the wrong kind (strings for numbers, floats for integers, out of range)."""
+    kind = values.dtype.kind
+    if datatype == "BOOL":
+        if kind != "b":
+            raise InvalidArgument(f"input '{name}' of datatype BOOL expects true or false in 'data'")
+        return
+    if dtype.kind in _INTEGER_KINDS:
+        if kind not in _INTEGER_KINDS:
+            raise InvalidArgument(f"input '{name}' of datatype {datatype} expects integers in 'data'")
+        info = np.iinfo(dtype)
+        if values.min() < info.min or values.max() > info.max:
+            raise InvalidArgument(f"input '{name}' has values out of range for datatype {datatype}")
+        return
+    if kind not in _NUMBER_KINDS:
+        raise InvalidArgument(f"input '{name}' of datatype {datatype} expects numbers in 'data'")
+
+
+def array_from_binary(name: str, datatype: str, shape: list[int], raw: memoryview) -> np.ndarray:
+    """Build the tensor of input `name` from its slice of the binary section (little-endian, row major)."""
+    count = element_count(shape)
+    if datatype == "BYTES":
+        return deserialize_bytes(name, raw, count).reshape(shape)
+    dtype = numpy_dtype(datatype).newbyteorder("<")
+    needed = count * dtype.itemsize
+    if len(raw) != needed:
+        raise InvalidArgument(
+            f"input '{name}' has {len(raw)} bytes of binary data but shape {shape_text(shape)} "
+            f"of {datatype} needs {needed}"
+        )
+    array = np.frombuffer(raw, dtype=dtype)
+    if datatype == "BOOL" and count and np.frombuffer(raw, dtype=np.uint8).max() > 1:
+        raise InvalidArgument(f"input '{name}' of datatype BOOL has bytes other than 0 and 1")
+    return array.reshape(shape)
+
+
+def deserialize_bytes(name: str, raw: memoryview, count: int) -> np.ndarray:
+    """Split `count` length-prefixed BYTES elements (4-byte little-endian length, then the bytes)."""
+    values: list[bytes] = []
+    offset, end = 0, len(raw)
+    unpack = _LENGTH.unpack_from
+    while offset < end:
+        if end - offset < 4:
+            raise InvalidArgument(f"input '{name}' has a truncated BYTES length prefix at byte {offset}")
+        (length,) = unpack(raw, offset)
+        offset += 4
+        if length > end - offset:
+            raise InvalidArgument(
+                f"input '{name}' has a BYTES element of {length} bytes at byte {offset - 4}, "
+                f"beyond the {end} bytes of its buffer"
+            )
+        values.append(bytes(raw[offset : offset + length]))
+        offset += length
+    if len(values) != count:
+        raise InvalidArgument(f"input '{name}' has {len(values)} BYTES elements but its shape needs {count}")
+    array = np.empty(count, dtype=object)
+    array[:] = values
+    return array
+
+
+def serialize_bytes(array: np.ndarray) -> bytes:
+    """Length-prefix every element of a BYTES tensor (str elements are written as UTF-8)."""
+    pack = _LENGTH.pack
+    parts: list[bytes] = []
+    for item in array.ravel(order="C").tolist():
+        value = item.encode("utf-8") if isinstance(item, str) else bytes(item)
+        parts.append(pack(len(value)))
+        parts.append(value)
+    return b"".join(parts)
+
+
+def array_to_binary(datatype: str, array: np.ndarray) -> bytes:
+    """The binary-extension bytes of an output tensor."""
+    if datatype == "BYTES":
+        return serialize_bytes(array)
+    if array.dtype.byteorder == ">":
+        array = array.astype(array.dtype.newbyteorder("<"))
+    return array.tobytes(order="C")
+
+
+def bytes_to_json_data(array: np.ndarray) -> list[str] | None:
+    """A BYTES tensor as a flat list of strings, or None when an element is not valid UTF-8."""
+    out: list[str] = []
+    try:
+        for item in array.ravel(order="C").tolist():
+            out.append(item if isinstance(item, str) else bytes(item).decode("utf-8"))
+    except UnicodeDecodeError:
+        return None
+    return out

@@ -218,7 +218,9 @@ def make_torchscript(
 
     config = addsub_config(name, "pytorch_libtorch", max_batch_size)
     path = write_model_folder(repo, config, version, "model.pt", write_config, extra_config)
-    torch.jit.save(torch.jit.script(_addsub_module()), str(path))
+    with warnings.catch_warnings():  # torch deprecates TorchScript; Triton's model.pt is still TorchScript
+        warnings.simplefilter("ignore", DeprecationWarning)
+        torch.jit.save(torch.jit.script(_addsub_module()), str(path))
     return Path(repo) / name
 
 

@@ -1,0 +1,1 @@
+"""Protobuf classes generated from model_config.proto (Triton's ModelConfig schema, package infera.config)."""

@@ -11,7 +11,6 @@ from engine.config import ModelConfig
 from engine.errors import InvalidArgument
 from engine.protocol.tensors import array_from_binary, array_from_json
 from engine.protocol.validation import (
-    apply_reshape,
     check_input,
     check_required_inputs,
     common_batch_size,
@@ -163,7 +162,7 @@ def _decode_inputs(entries: Any, binary: memoryview, config: ModelConfig) -> tup
             array = array_from_json(name, datatype, shape, entry["data"])
         else:
             raise InvalidArgument(f"input '{name}' has neither 'data' nor 'binary_data_size'")
-        inputs[name] = apply_reshape(config, tensor, array)
+        inputs[name] = array  # in the config's dims; the backend applies any `reshape`
     if offset != len(binary):
         raise InvalidArgument(f"the body has {len(binary) - offset} bytes of binary data no input claims")
     check_required_inputs(config, inputs)
@@ -206,8 +205,16 @@ def _requested_outputs(entries: Any, config: ModelConfig) -> list[RequestedOutpu
         if "binary_data" in parameters and not isinstance(parameters["binary_data"], bool):
             raise InvalidArgument(f"output '{name}' has a 'binary_data' parameter that is not true or false")
         if "classification" in parameters:
-            raise InvalidArgument(f"output '{name}' asks for classification, which Infera does not support")
+            _check_classification(name, parameters["classification"], config)
         if "shared_memory_region" in parameters:
             raise InvalidArgument(f"output '{name}' uses shared memory, which Infera does not support")
         requested.append(RequestedOutput(name=name, parameters=parameters))
     return requested
+
+
+def _check_classification(name: str, count: Any, config: ModelConfig) -> None:
+    """Triton's classification extension: a positive top-k of a numeric output."""
+    if not (_is_int(count) and count > 0):
+        raise InvalidArgument(f"output '{name}' has a 'classification' parameter that is not a positive integer")
+    if config.output_named(name).datatype == "BYTES":
+        raise InvalidArgument(f"output '{name}' of datatype BYTES cannot be classified")

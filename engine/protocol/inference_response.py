@@ -8,6 +8,7 @@ import numpy as np
 import orjson
 
 from engine.datatypes import wire_type_of
+from engine.protocol.classification import classify
 from engine.protocol.tensors import BINARY_ONLY_TYPES, array_to_binary, bytes_to_json_data
 from engine.types import InferenceRequest, InferenceResponse
 
@@ -15,16 +16,17 @@ _JSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
 
 
 def encode_infer_response(
-    response: InferenceResponse, request: InferenceRequest | None = None
+    response: InferenceResponse, request: InferenceRequest | None = None, *, batched: bool = False
 ) -> tuple[bytes, int | None]:
     """Return the body and, when binary outputs follow the JSON, the `Inference-Header-Content-Length`.
 
     Outputs go in the order the client requested them (all outputs when it named none); each is binary
     when its `binary_data` parameter says so, else when the request's `binary_data_output` does. FP16
-    and BF16 are always binary, as is a BYTES output that is not valid UTF-8.
+    and BF16 are always binary, as is a BYTES output that is not valid UTF-8. `batched` says whether the
+    model batches (max_batch_size > 0), which shapes classification results.
     """
     binary_default = bool(request.parameters.get("binary_data_output", False)) if request else False
-    selection = _selected_outputs(response, request, binary_default)
+    selection = _selected_outputs(response, request, binary_default, batched)
     outputs: list[dict[str, Any]] = []
     chunks: list[bytes] = []
     for name, array, binary in selection:
@@ -49,7 +51,7 @@ def encode_infer_response(
 
 
 def _selected_outputs(
-    response: InferenceResponse, request: InferenceRequest | None, binary_default: bool
+    response: InferenceResponse, request: InferenceRequest | None, binary_default: bool, batched: bool
 ) -> list[tuple[str, np.ndarray, bool]]:
     """(name, array, wants binary) for each output the response carries back."""
     if request is None or request.requested_outputs is None:
@@ -57,8 +59,12 @@ def _selected_outputs(
     selected = []
     for output in request.requested_outputs:
         array = response.outputs.get(output.name)
-        if array is not None:
-            selected.append((output.name, array, bool(output.parameters.get("binary_data", binary_default))))
+        if array is None:
+            continue
+        top_k = output.parameters.get("classification")
+        if top_k:
+            array = classify(np.asarray(array), top_k, batched)
+        selected.append((output.name, array, bool(output.parameters.get("binary_data", binary_default))))
     return selected
 
 

@@ -59,17 +59,3 @@ def common_batch_size(config: ModelConfig, batches: dict[str, int]) -> int:
         detail = ", ".join(f"'{n}' has {b}" for n, b in batches.items())
         raise InvalidArgument(f"inputs of model '{config.name}' have different batch sizes: {detail}")
     return sizes.pop()
-
-
-def apply_reshape(config: ModelConfig, tensor: TensorConfig, array: np.ndarray) -> np.ndarray:
-    """Give the model the `reshape` shape of an input (keeping the batch dimension) when the config has one."""
-    if tensor.reshape is None:
-        return array
-    target = ([array.shape[0]] if config.max_batch_size > 0 else []) + list(tensor.reshape)
-    try:
-        return array.reshape(target)
-    except ValueError:
-        raise InvalidArgument(
-            f"input '{tensor.name}' of shape {shape_text(array.shape)} cannot take the reshape "
-            f"{shape_text(tensor.reshape)} of model '{config.name}'"
-        ) from None

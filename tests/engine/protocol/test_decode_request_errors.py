@@ -73,7 +73,11 @@ SIMPLE_CASES = [
     ("unknown output", _simple(outputs=[{"name": "NOPE"}]), "unexpected inference output 'NOPE' for model 'simple'"),
     ("duplicate output", _simple(outputs=[{"name": "OUTPUT0"}, {"name": "OUTPUT0"}]), "more than once"),
     ("outputs not a list", _simple(outputs={"name": "OUTPUT0"}), "'outputs' must be a list"),
-    ("classification", _simple(outputs=[{"name": "OUTPUT0", "parameters": {"classification": 2}}]), "classification"),
+    (
+        "classification",
+        _simple(outputs=[{"name": "OUTPUT0", "parameters": {"classification": 0}}]),
+        "'classification' parameter that is not a positive integer",
+    ),
     (
         "binary_data not bool",
         _simple(outputs=[{"name": "OUTPUT0", "parameters": {"binary_data": 1}}]),

@@ -105,3 +105,19 @@ def test_it_passes_response_parameters_through():
     response = InferenceResponse("m", 1, {}, parameters={"sequence_end": True, "n": np.int64(3)})
     document = orjson.loads(encode_infer_response(response)[0])
     assert document["parameters"] == {"sequence_end": True, "n": 3}
+
+
+def test_it_answers_classification_with_top_k_strings_per_batch_item():
+    scores = np.array([[0.1, 0.7, 0.2], [3, 1, 2]], dtype=np.float32)
+    request = InferenceRequest("m", {}, requested_outputs=[RequestedOutput("S", {"classification": 2})])
+    body, _ = encode_infer_response(InferenceResponse("m", 1, {"S": scores}), request, batched=True)
+    output = orjson.loads(body)["outputs"][0]
+    assert output["datatype"] == "BYTES" and output["shape"] == [2, 2]
+    assert output["data"] == ["0.700000:1", "0.200000:2", "3.000000:0", "2.000000:2"]
+
+
+def test_it_classifies_an_unbatched_output_over_the_whole_tensor():
+    request = InferenceRequest("m", {}, requested_outputs=[RequestedOutput("S", {"classification": 5})])
+    scores = np.array([1, 9, 4], dtype=np.int32)
+    body, _ = encode_infer_response(InferenceResponse("m", 1, {"S": scores}), request)
+    assert orjson.loads(body)["outputs"][0]["data"] == ["9.000000:1", "4.000000:2", "1.000000:0"]

@@ -1,0 +1,21 @@
+"""The accounts app's configuration: keeps the role groups in place after every migrate."""
+
+from __future__ import annotations
+
+from django.apps import AppConfig
+from django.db.models.signals import post_migrate
+
+
+class AccountsConfig(AppConfig):
+    """Users, roles and API tokens."""
+
+    name = "console.accounts"
+    label = "accounts"
+    verbose_name = "Accounts"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from console.accounts import signals
+
+        # no sender: the groups must also pick up permissions of apps migrated after this one
+        post_migrate.connect(signals.ensure_groups_after_migrate, dispatch_uid="accounts.ensure_groups")

@@ -1,0 +1,54 @@
+"""The accounts app's data: API tokens (users, groups and permissions are Django's own)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+
+class ApiToken(models.Model):
+    """A named API key of one user, stored as a SHA-256 hash; the key itself is shown once, at creation."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100)
+    # the first characters of the key, stored in clear so a presented key finds its row without a hash scan
+    prefix = models.CharField(max_length=16, db_index=True)
+    key_hash = models.CharField(max_length=64, unique=True)
+    created = models.DateTimeField(default=timezone.now)
+    expires = models.DateTimeField(null=True, blank=True)
+    last_used = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created"]
+        verbose_name = "API token"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…, {self.user})"
+
+    @property
+    def revoked(self) -> bool:
+        """True once revoked; a revoked token never works again."""
+        return self.revoked_at is not None
+
+    def is_expired(self, now: datetime | None = None) -> bool:
+        """True when the token has an expiry that has passed."""
+        return self.expires is not None and self.expires <= (now or timezone.now())
+
+    @property
+    def status(self) -> str:
+        """active, revoked or expired, as pages show it."""
+        if self.revoked:
+            return "revoked"
+        if self.is_expired():
+            return "expired"
+        return "active"
+
+    def revoke(self) -> None:
+        """Revoke the token now (a second revoke keeps the first time)."""
+        if self.revoked_at is None:
+            self.revoked_at = timezone.now()
+            self.save(update_fields=["revoked_at"])

@@ -1,0 +1,50 @@
+"""A small cast of users, one per role, built in code."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.cache import cache
+
+from console.accounts.inference_auth import token_cache
+from console.accounts.roles import Role, set_role
+
+PASSWORD = "a-long-test-password-9"
+
+
+def make_user(username: str, role: Role | None, *, password: str = PASSWORD, active: bool = True):
+    """A user with `role` (None: no role at all)."""
+    user = get_user_model().objects.create_user(username, password=password, is_active=active)
+    if role is not None:
+        set_role(user, role)
+    return user
+
+
+@pytest.fixture(autouse=True)
+def clean_caches():
+    """Throttle counters and the /v2 token cache never leak from one test into another."""
+    cache.clear()
+    token_cache.clear()
+    yield
+    cache.clear()
+    token_cache.clear()
+
+
+@pytest.fixture
+def admin(db):
+    return make_user("ada", Role.ADMIN)
+
+
+@pytest.fixture
+def operator(db):
+    return make_user("otto", Role.OPERATOR)
+
+
+@pytest.fixture
+def viewer(db):
+    return make_user("vera", Role.VIEWER)
+
+
+@pytest.fixture
+def inference(db):
+    return make_user("ingo", Role.INFERENCE)

@@ -1,0 +1,266 @@
+"""The demo model repository, built locally with nothing downloaded; importable without Django (tests, bench).
+
+- `simple`: Triton's quickstart model as ONNX (INPUT0 + INPUT1, INPUT0 - INPUT1 on INT32 [16]).
+- `simple_string`: the same on BYTES tensors of decimal strings, as a python-backend `model.py`.
+- `digits`: a small MLP trained here on scikit-learn's bundled 8x8 digits, exported to ONNX in two versions of
+  visibly different accuracy (1: barely trained, 2: trained properly), so switching versions shows in results.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import tempfile
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+SIMPLE_CONFIG = """\
+name: "simple"
+platform: "onnxruntime_onnx"
+backend: "onnxruntime"
+max_batch_size: 8
+input [
+  { name: "INPUT0" data_type: TYPE_INT32 dims: [ 16 ] },
+  { name: "INPUT1" data_type: TYPE_INT32 dims: [ 16 ] }
+]
+output [
+  { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 16 ] },
+  { name: "OUTPUT1" data_type: TYPE_INT32 dims: [ 16 ] }
+]
+dynamic_batching { }
+"""
+
+SIMPLE_STRING_CONFIG = """\
+name: "simple_string"
+backend: "python"
+max_batch_size: 8
+input [
+  { name: "INPUT0" data_type: TYPE_STRING dims: [ 16 ] },
+  { name: "INPUT1" data_type: TYPE_STRING dims: [ 16 ] }
+]
+output [
+  { name: "OUTPUT0" data_type: TYPE_STRING dims: [ 16 ] },
+  { name: "OUTPUT1" data_type: TYPE_STRING dims: [ 16 ] }
+]
+"""
+
+# Both versions load, so /v2/models/digits/versions/1 and /2 can be compared side by side.
+DIGITS_CONFIG = """\
+name: "digits"
+platform: "onnxruntime_onnx"
+backend: "onnxruntime"
+max_batch_size: 64
+input [
+  { name: "image" data_type: TYPE_FP32 dims: [ 64 ] }
+]
+output [
+  { name: "probabilities" data_type: TYPE_FP32 dims: [ 10 ] }
+]
+dynamic_batching { max_queue_delay_microseconds: 500 }
+version_policy: { all { } }
+"""
+
+SIMPLE_STRING_MODEL_PY = '''\
+"""simple_string: INPUT0 + INPUT1 and INPUT0 - INPUT1 on BYTES tensors that hold decimal integers."""
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    """Adds and subtracts element-wise, reading and writing decimal strings."""
+
+    def initialize(self, args):
+        self.model_name = args["model_name"]
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            a = _as_ints(pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy())
+            b = _as_ints(pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy())
+            outputs = [
+                pb_utils.Tensor("OUTPUT0", _as_bytes(a + b)),
+                pb_utils.Tensor("OUTPUT1", _as_bytes(a - b)),
+            ]
+            responses.append(pb_utils.InferenceResponse(output_tensors=outputs))
+        return responses
+
+    def finalize(self):
+        pass
+
+
+def _as_ints(array):
+    values = [int(v.decode() if isinstance(v, bytes) else v) for v in array.ravel()]
+    return np.array(values, dtype=np.int64).reshape(array.shape)
+
+
+def _as_bytes(array):
+    return np.array([str(int(v)).encode() for v in array.ravel()], dtype=object).reshape(array.shape)
+'''
+
+DIGITS_CLASSES = 10
+DIGITS_FEATURES = 64
+# (epochs, learning rate): version 1 stops long before it has learnt the digits; version 2 does not
+DIGITS_TRAINING = {1: (1, 0.0005), 2: (60, 0.01)}
+
+
+@dataclass
+class SeedReport:
+    """What seeding did: the versions it wrote, those it found already there, and the digits accuracies."""
+
+    created: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
+    accuracy: dict[int, float] = field(default_factory=dict)
+
+
+def simple_onnx_bytes() -> bytes:
+    """The `simple` model: OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1 on INT32 [batch, 16]."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    def tensor(name: str) -> onnx.ValueInfoProto:
+        return helper.make_tensor_value_info(name, TensorProto.INT32, ["batch", 16])
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("Add", ["INPUT0", "INPUT1"], ["OUTPUT0"]),
+            helper.make_node("Sub", ["INPUT0", "INPUT1"], ["OUTPUT1"]),
+        ],
+        "simple",
+        [tensor("INPUT0"), tensor("INPUT1")],
+        [tensor("OUTPUT0"), tensor("OUTPUT1")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="infera")
+    model.ir_version = 8  # every onnxruntime of the last years reads IR 8
+    onnx.checker.check_model(model)
+    return model.SerializeToString()
+
+
+def digits_split(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """scikit-learn's bundled digits as (train_x, train_y, test_x, test_y); raw pixels 0..16, float32."""
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    x = digits.data.astype(np.float32)
+    y = digits.target.astype(np.int64)
+    order = np.random.default_rng(seed).permutation(len(x))
+    cut = int(len(x) * 0.8)
+    return x[order[:cut]], y[order[:cut]], x[order[cut:]], y[order[cut:]]
+
+
+def train_digits_onnx(version: int, seed: int = 0) -> tuple[bytes, float]:
+    """Train the digits MLP as `version` prescribes and return (ONNX bytes, held-out accuracy)."""
+    import torch
+
+    epochs, learning_rate = DIGITS_TRAINING[version]
+    train_x, train_y, test_x, test_y = digits_split(seed)
+    torch.manual_seed(seed)
+    net = torch.nn.Sequential(
+        torch.nn.Linear(DIGITS_FEATURES, 64),
+        torch.nn.ReLU(),
+        torch.nn.Linear(64, DIGITS_CLASSES),
+    )
+    optimizer = torch.optim.Adam(net.parameters(), lr=learning_rate)
+    inputs, targets = torch.from_numpy(train_x / 16.0), torch.from_numpy(train_y)
+    generator = torch.Generator().manual_seed(seed)
+    for _ in range(epochs):
+        for batch in torch.randperm(len(inputs), generator=generator).split(64):
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(net(inputs[batch]), targets[batch]).backward()
+            optimizer.step()
+
+    # what is served takes raw 0..16 pixels: fold the /16 into the first layer instead of adding an op
+    with torch.no_grad():
+        net[0].weight /= 16.0
+    model = torch.nn.Sequential(net, torch.nn.Softmax(dim=1)).eval()
+    with torch.no_grad():
+        predicted = model(torch.from_numpy(test_x)).argmax(dim=1).numpy()
+    accuracy = float((predicted == test_y).mean())
+
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the legacy exporter warns that it is legacy; it needs no onnxscript
+        torch.onnx.export(
+            model,
+            (torch.zeros(1, DIGITS_FEATURES),),
+            buffer,
+            dynamo=False,
+            input_names=["image"],
+            output_names=["probabilities"],
+            dynamic_axes={"image": {0: "batch"}, "probabilities": {0: "batch"}},
+            opset_version=17,
+        )
+    return buffer.getvalue(), accuracy
+
+
+def seed_repository(store: Path, log: Callable[[str], None] = print) -> SeedReport:
+    """Write the demo models into `store`, keeping every model config and version already there."""
+    store = Path(store)
+    store.mkdir(parents=True, exist_ok=True)
+    report = SeedReport()
+
+    def version(model: str, number: int, filename: str, build: Callable[[], bytes]) -> None:
+        target = store / model / str(number)
+        label = f"{model}/{number}"
+        if target.exists():
+            report.kept.append(label)
+            return
+        _write_folder_atomically(target, {filename: build()})
+        report.created.append(label)
+
+    _write_config(store / "simple", SIMPLE_CONFIG)
+    version("simple", 1, "model.onnx", simple_onnx_bytes)
+
+    _write_config(store / "simple_string", SIMPLE_STRING_CONFIG)
+    version("simple_string", 1, "model.py", SIMPLE_STRING_MODEL_PY.encode)
+
+    _write_config(store / "digits", DIGITS_CONFIG)
+    for number in DIGITS_TRAINING:
+
+        def build_digits(number: int = number) -> bytes:
+            onnx_bytes, report.accuracy[number] = train_digits_onnx(number)
+            return onnx_bytes
+
+        version("digits", number, "model.onnx", build_digits)
+
+    for label in report.created:
+        log(f"created {label}")
+    for label in report.kept:
+        log(f"kept {label} (already in the store)")
+    for number, accuracy in sorted(report.accuracy.items()):
+        log(f"digits/{number}: held-out accuracy {accuracy:.1%}")
+    return report
+
+
+def _write_config(model_dir: Path, text: str) -> None:
+    """Write config.pbtxt unless the model already has one (a person may have edited it)."""
+    model_dir.mkdir(parents=True, exist_ok=True)
+    config = model_dir / "config.pbtxt"
+    if config.exists() or (model_dir / "config.json").exists():
+        return
+    fd, tmp = tempfile.mkstemp(dir=model_dir, prefix=".config-", suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    os.replace(tmp, config)
+
+
+def _write_folder_atomically(target: Path, files: dict[str, bytes]) -> None:
+    """Fill a temporary sibling folder and rename it into place, so a reader never sees half a version."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))
+    try:
+        for name, content in files.items():
+            (staging / name).write_bytes(content)
+        try:
+            staging.rename(target)
+        except OSError:
+            # another process seeded the same version first; its copy is as good as ours
+            if not target.exists():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

@@ -1,0 +1,28 @@
+"""`manage.py seed_demo`: write the demo models into the model store (idempotent)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandParser
+
+from console.demo_models import seed_repository
+
+
+class Command(BaseCommand):
+    help = (
+        "Write the demo models simple, simple_string and digits (versions 1 and 2, trained here) into the "
+        "model store. Models and versions already there are kept as they are."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--store", type=Path, default=None, help="model repository folder (default: INFERA_MODEL_STORE)"
+        )
+
+    def handle(self, *args: Any, store: Path | None, **options: Any) -> None:
+        target = store or settings.INFERA_MODEL_STORE
+        self.stdout.write(f"Seeding demo models into {target}")
+        seed_repository(target, log=lambda line: self.stdout.write(f"  {line}"))

@@ -1,0 +1,93 @@
+"""`manage.py serve`: migrate, make the first admin, seed the demo models, then serve everything in one process."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from console.env import env_int, env_str
+from console.first_admin import ensure_admin
+
+ASGI_APPLICATION = "console.asgi:application"
+
+
+class Command(BaseCommand):
+    help = (
+        "Apply migrations, create the user admin if no admin exists, seed the demo models, and serve the "
+        "console, the API, /v2 and WebSockets from one ASGI process in the foreground."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--host", default=None, help="address to listen on (default: $HOST or 127.0.0.1)")
+        parser.add_argument("--port", type=int, default=None, help="port to listen on (default: $PORT or 8000)")
+        parser.add_argument(
+            "--server",
+            choices=["uvicorn", "daphne"],
+            default="uvicorn",
+            help="ASGI server: uvicorn (default, fastest here) or daphne (Channels' own)",
+        )
+        parser.add_argument("--no-seed", action="store_true", help="do not write the demo models")
+        parser.add_argument("--no-access-log", action="store_true", help="do not log each request")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        host = options["host"] or env_str("HOST") or "127.0.0.1"
+        port = options["port"] or env_int("PORT", 8000, minimum=1, maximum=65535)
+        if not 0 < port < 65536:
+            raise CommandError(f"--port must be between 1 and 65535, got {port}")
+
+        call_command("migrate", interactive=False, verbosity=0)
+        self.stdout.write("Database is up to date.")
+        self._ensure_admin()
+        if not options["no_seed"]:
+            call_command("seed_demo")
+        shown_host = f"[{host}]" if ":" in host else host
+        self.stdout.write(
+            f"Infera serves on http://{shown_host}:{port}/ (console), /v2 (inference), /metrics "
+            f"with {options['server']}; models from {settings.INFERA_MODEL_STORE}"
+        )
+        self.stdout.flush()
+        access_log = not options["no_access_log"]
+        if options["server"] == "daphne":
+            from console.daphne_runner import run_daphne
+
+            run_daphne(host, port, access_log=access_log)
+        else:
+            self._run_uvicorn(host, port, access_log=access_log)
+
+    def _ensure_admin(self) -> None:
+        try:
+            created = ensure_admin(env_str("INFERA_ADMIN_PASSWORD"))
+        except RuntimeError as exc:
+            self.stderr.write(f"Warning: {exc}")
+            return
+        if created is None:
+            return
+        if created.generated_password:
+            self.stdout.write(
+                self.style.WARNING(
+                    f"Created the user '{created.username}' with the password {created.generated_password}\n"
+                    "  It is shown only this once: sign in and change it (Account > Change password)."
+                )
+            )
+        else:
+            self.stdout.write(f"Created the user '{created.username}' with the password INFERA_ADMIN_PASSWORD.")
+
+    def _run_uvicorn(self, host: str, port: int, *, access_log: bool) -> None:
+        import uvicorn
+
+        uvicorn.run(
+            ASGI_APPLICATION,
+            host=host,
+            port=port,
+            loop="uvloop",
+            http="httptools",
+            lifespan="on",
+            access_log=access_log,
+            log_level=settings.INFERA_LOG_LEVEL.lower(),
+            timeout_graceful_shutdown=15,
+        )
+        sys.stdout.flush()

@@ -1,0 +1,7 @@
+"""WebSocket routes, composed into the ASGI app by console/asgi.py (the live metrics consumer lands here)."""
+
+from __future__ import annotations
+
+from django.urls import URLPattern
+
+websocket_urlpatterns: list[URLPattern] = []

@@ -34,7 +34,10 @@ def get_backend(name: str) -> type[Backend]:
     if name in _registry:
         return _registry[name]
     if name in _BUILTIN_MODULES:
-        importlib.import_module(_BUILTIN_MODULES[name])
+        try:
+            importlib.import_module(_BUILTIN_MODULES[name])
+        except ImportError as exc:  # a runtime missing from this install is a load failure, not a crash
+            raise LoadError(f"backend '{name}' is not available: {exc}") from exc
     else:
         for ep in entry_points(group=ENTRY_POINT_GROUP, name=name):
             register_backend(ep.load())

@@ -1,0 +1,211 @@
+"""/metrics in Prometheus text format with Triton's metric names and labels, read from the engine at scrape time.
+
+Triton declares its counters as `counter` under names without a `_total` suffix (`nv_inference_count`), and
+existing Triton dashboards query exactly those names. prometheus_client's own writer appends `_total` to every
+counter, so the families are built with prometheus_client here and written by `render_metrics`, which keeps the
+declared names. prometheus_client's parser reads the result back (tests/engine/monitoring/test_prometheus.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.utils import floatToGoString
+
+from engine.monitoring.devices import DeviceSampler
+
+if TYPE_CHECKING:
+    from engine.monitoring.sampler import MetricsSampler
+    from engine.server import InferenceServer
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+# (name, help, how to read the value from a ModelStats); Triton's help texts, shortened
+_MODEL_COUNTERS: tuple[tuple[str, str, Callable[[Any], int]], ...] = (
+    (
+        "nv_inference_request_success",
+        "Number of successful inference requests, all batch sizes",
+        lambda s: s.success.count,
+    ),
+    ("nv_inference_request_failure", "Number of failed inference requests, all batch sizes", lambda s: s.fail.count),
+    ("nv_inference_count", "Number of inferences performed", lambda s: s.inference_count),
+    ("nv_inference_exec_count", "Number of model executions performed", lambda s: s.execution_count),
+    (
+        "nv_inference_request_duration_us",
+        "Cumulative inference request duration in microseconds",
+        lambda s: s.success.ns // 1000,
+    ),
+    (
+        "nv_inference_queue_duration_us",
+        "Cumulative inference queuing duration in microseconds",
+        lambda s: s.queue.ns // 1000,
+    ),
+    (
+        "nv_inference_compute_input_duration_us",
+        "Cumulative compute input duration in microseconds",
+        lambda s: s.compute_input.ns // 1000,
+    ),
+    (
+        "nv_inference_compute_infer_duration_us",
+        "Cumulative compute inference duration in microseconds",
+        lambda s: s.compute_infer.ns // 1000,
+    ),
+    (
+        "nv_inference_compute_output_duration_us",
+        "Cumulative inference compute output duration in microseconds",
+        lambda s: s.compute_output.ns // 1000,
+    ),
+)
+
+# a device sample older than this many sampler intervals is stale: the scrape reads the devices itself
+_STALE_INTERVALS = 3
+
+
+class EngineCollector(Collector):
+    """Collects every model version's counters and every device's gauges when Prometheus scrapes."""
+
+    def __init__(self, server: InferenceServer, sampler: MetricsSampler | None = None) -> None:
+        self.server = server
+        self.sampler = sampler
+        self._own_devices: DeviceSampler | None = None
+
+    def collect(self) -> Iterable[Metric]:
+        served = sorted(self.server.served_versions(), key=lambda s: (s.name, s.version))
+        for name, documentation, read in _MODEL_COUNTERS:
+            family = Metric(name, documentation, "counter")
+            for version in served:
+                family.add_sample(name, _model_labels(version), read(version.stats))
+            yield family
+        pending = Metric(
+            "nv_inference_pending_request_count",
+            "Instantaneous number of pending requests awaiting execution per-model.",
+            "gauge",
+        )
+        for version in served:
+            pending.add_sample(pending.name, _model_labels(version), version.stats.pending)
+        yield pending
+        yield from _device_families(self._device_dict())
+
+    def _device_dict(self) -> dict[str, Any]:
+        """The sampler's newest device sample when fresh; otherwise a reading taken now."""
+        sampler = self.sampler
+        if sampler is not None and sampler.latest is not None:
+            age_ms = sampler.wall_clock() * 1000 - sampler.latest["t"]
+            if age_ms <= _STALE_INTERVALS * sampler.interval * 1000:
+                return sampler.latest["devices"]
+        if sampler is not None:
+            return sampler.devices.sample().to_dict()
+        if self._own_devices is None:
+            self._own_devices = DeviceSampler()
+        return self._own_devices.sample().to_dict()
+
+
+def _model_labels(served: Any) -> dict[str, str]:
+    return {"model": served.name, "version": str(served.version)}
+
+
+def _device_families(devices: dict[str, Any]) -> Iterable[Metric]:
+    gpus = devices["gpus"]
+    for name, documentation, key, scale in (
+        ("nv_gpu_utilization", "GPU utilization rate [0.0 - 1.0)", "utilization", 1),
+        ("nv_gpu_memory_total_bytes", "GPU total memory, in bytes", "memory_total_bytes", 1),
+        ("nv_gpu_memory_used_bytes", "GPU used memory, in bytes", "memory_used_bytes", 1),
+        ("nv_gpu_power_usage", "GPU power usage in watts", "power_watts", 1),
+    ):
+        family = Metric(name, documentation, "gauge")
+        for gpu in gpus:
+            if gpu[key] is not None:
+                family.add_sample(name, {"gpu_uuid": gpu["uuid"]}, gpu[key] * scale)
+        yield family
+    cpu = devices["cpu"]
+    for name, documentation, value in (
+        ("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]", cpu["utilization"]),
+        ("nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes", cpu["memory_total_bytes"]),
+        ("nv_cpu_memory_used_bytes", "CPU used memory (RAM), in bytes", cpu["memory_used_bytes"]),
+    ):
+        family = Metric(name, documentation, "gauge")
+        family.add_sample(name, {}, value)
+        yield family
+
+
+def render_metrics(registry: Collector) -> bytes:
+    """The Prometheus text format (0.0.4) of `registry`, keeping each family's declared name and type."""
+    lines: list[str] = []
+    for family in registry.collect():
+        documentation = family.documentation.replace("\\", r"\\").replace("\n", r"\n")
+        lines.append(f"# HELP {family.name} {documentation}")
+        lines.append(f"# TYPE {family.name} {_exposition_type(family.type)}")
+        for sample in family.samples:
+            labels = ",".join(f'{key}="{_escape_label(value)}"' for key, value in sorted(sample.labels.items()))
+            lines.append(
+                f"{sample.name}{{{labels}}} {_number(sample.value)}"
+                if labels
+                else f"{sample.name} {_number(sample.value)}"
+            )
+    return ("\n".join(lines) + "\n").encode()
+
+
+def _exposition_type(kind: str) -> str:
+    return "untyped" if kind == "unknown" else kind
+
+
+def _escape_label(value: str) -> str:
+    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+
+
+def _number(value: float) -> str:
+    # counters stay integers on the wire, as Triton writes them
+    return str(value) if isinstance(value, int) else floatToGoString(value)
+
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class MetricsApp:
+    """ASGI app answering GET /metrics; other paths go to `fallback` (404 without one)."""
+
+    def __init__(
+        self,
+        server: InferenceServer,
+        sampler: MetricsSampler | None = None,
+        *,
+        fallback: ASGIApp | None = None,
+        path: str = "/metrics",
+    ) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.collector = EngineCollector(server, sampler)
+        self.registry.register(self.collector)
+        self.fallback = fallback
+        self.path = path
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"].rstrip("/") != self.path:
+            if self.fallback is not None:
+                await self.fallback(scope, receive, send)
+            else:
+                await _respond(send, 404, b"not found\n", "text/plain; charset=utf-8")
+            return
+        if scope["method"] not in ("GET", "HEAD"):
+            await _respond(send, 405, b"method not allowed: use GET\n", "text/plain; charset=utf-8", allow=b"GET, HEAD")
+            return
+        body = render_metrics(self.registry)
+        await _respond(send, 200, b"" if scope["method"] == "HEAD" else body, CONTENT_TYPE, length=len(body))
+
+
+async def _respond(
+    send: Send, status: int, body: bytes, content_type: str, *, length: int | None = None, allow: bytes | None = None
+) -> None:
+    headers = [
+        (b"content-type", content_type.encode()),
+        (b"content-length", str(len(body) if length is None else length).encode()),
+    ]
+    if allow is not None:
+        headers.append((b"allow", allow))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

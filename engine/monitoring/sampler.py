@@ -1,0 +1,252 @@
+"""One snapshot of every model and device per interval, kept for 15 minutes and pushed to subscribers.
+
+The sampler reads the engine's cumulative stats (engine/stats.py) and turns the difference between two samples
+into rates, latency percentiles, queue and compute time and batch sizes for that interval. One sampler feeds
+every consumer (the WebSocket group, the page's backlog); a subscriber costs one call per snapshot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from engine.monitoring.devices import DeviceSample, DeviceSampler
+
+if TYPE_CHECKING:
+    from engine.server import InferenceServer
+    from engine.stats import ModelStats
+
+log = logging.getLogger("engine.monitoring")
+
+BACKLOG_SECONDS = 15 * 60
+PERCENTILES = (50, 95, 99)
+
+Snapshot = dict[str, Any]
+Subscriber = Callable[[Snapshot], Awaitable[None] | None]
+
+
+@dataclass(slots=True, frozen=True)
+class _Counters:
+    """The cumulative numbers of one model version that the sampler turns into per-interval values."""
+
+    success: int
+    failure: int
+    inferences: int
+    executions: int
+    queue_count: int
+    queue_ns: int
+    compute_count: int
+    compute_ns: int
+    batches: dict[int, int]  # batch size -> executions
+
+    @classmethod
+    def read(cls, stats: ModelStats) -> _Counters:
+        return cls(
+            success=stats.success.count,
+            failure=stats.fail.count,
+            inferences=stats.inference_count,
+            executions=stats.execution_count,
+            queue_count=stats.queue.count,
+            queue_ns=stats.queue.ns,
+            compute_count=stats.compute_infer.count,
+            compute_ns=stats.compute_input.ns + stats.compute_infer.ns + stats.compute_output.ns,
+            batches={size: b.compute_infer.count for size, b in stats.batches.items()},
+        )
+
+
+_ZERO = _Counters(0, 0, 0, 0, 0, 0, 0, 0, {})
+
+
+class MetricsSampler:
+    """Samples `server` every `interval` seconds of `clock`; tests call `sample(now)` with a fake clock."""
+
+    def __init__(
+        self,
+        server: InferenceServer,
+        clock: Callable[[], float] = time.monotonic,
+        interval: float = 1.0,
+        *,
+        devices: DeviceSampler | None = None,
+        wall_clock: Callable[[], float] = time.time,
+        backlog_seconds: float = BACKLOG_SECONDS,
+    ) -> None:
+        if interval <= 0:
+            raise ValueError(f"the sampling interval must be positive, got {interval}")
+        self.server = server
+        self.clock = clock
+        self.interval = interval
+        self.wall_clock = wall_clock
+        self.backlog_seconds = backlog_seconds
+        self._devices = devices
+        self.subscribers: list[Subscriber] = []
+        self._backlog: deque[tuple[float, Snapshot]] = deque()
+        # keyed by the stats object itself: a reloaded version has fresh stats counted from zero
+        self._previous: dict[int, tuple[ModelStats, _Counters]] = {}
+        self._last_time: float | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def devices(self) -> DeviceSampler:
+        """The device sampler, made on first use (NVML start-up is not free)."""
+        if self._devices is None:
+            self._devices = DeviceSampler()
+        return self._devices
+
+    @property
+    def latest(self) -> Snapshot | None:
+        """The newest snapshot, or None before the first sample."""
+        return self._backlog[-1][1] if self._backlog else None
+
+    def subscribe(self, subscriber: Subscriber) -> Subscriber:
+        """Call `subscriber(snapshot)` (plain or async) after every sample."""
+        if subscriber not in self.subscribers:
+            self.subscribers.append(subscriber)
+        return subscriber
+
+    def unsubscribe(self, subscriber: Subscriber) -> None:
+        if subscriber in self.subscribers:
+            self.subscribers.remove(subscriber)
+
+    def sample(self, now: float | None = None, devices: DeviceSample | None = None) -> Snapshot:
+        """Take one snapshot at `now` (the clock's time), append it to the backlog and return it."""
+        now = self.clock() if now is None else now
+        elapsed = now - self._last_time if self._last_time is not None else 0.0
+        first = self._last_time is None
+        models = []
+        seen: dict[int, tuple[ModelStats, _Counters]] = {}
+        for served in sorted(self.server.served_versions(), key=lambda s: (s.name, s.version)):
+            stats = served.stats
+            current = _Counters.read(stats)
+            before = self._previous.get(id(stats))
+            if before is None or before[0] is not stats:
+                # at the very first sample, history before us is not this interval's; later, a new version starts at 0
+                before = (stats, current if first else _ZERO)
+            seen[id(stats)] = (stats, current)
+            entry = _model_entry(stats, before[1], current, elapsed)
+            entry["state"] = getattr(getattr(served, "state", None), "value", None)
+            models.append(entry)
+        self._previous = seen
+        self._last_time = now
+        device_sample = devices if devices is not None else self.devices.sample()
+        snapshot: Snapshot = {
+            "t": round(self.wall_clock() * 1000),
+            "interval": round(elapsed, 3),
+            "models": models,
+            "devices": device_sample.to_dict(),
+        }
+        self._backlog.append((now, snapshot))
+        self._trim(now)
+        return snapshot
+
+    def backlog(self, seconds: float | None = None, model: str | None = None) -> list[Snapshot]:
+        """Snapshots of the last `seconds` (all kept when None), narrowed to `model` when given."""
+        if not self._backlog:
+            return []
+        newest = self._backlog[-1][0]
+        since = newest - seconds if seconds is not None else -math.inf
+        return [narrow(s, model) for t, s in self._backlog if t > since]
+
+    def _trim(self, now: float) -> None:
+        while self._backlog and self._backlog[0][0] <= now - self.backlog_seconds:
+            self._backlog.popleft()
+
+    async def publish(self, snapshot: Snapshot) -> None:
+        """Hand `snapshot` to every subscriber; one failing subscriber does not starve the others."""
+        for subscriber in list(self.subscribers):
+            try:
+                result = subscriber(snapshot)
+                if inspect.isawaitable(result):
+                    await result
+            except Exception:  # noqa: BLE001 - a broken subscriber must not stop the sampler
+                log.exception("a metrics subscriber failed; it stays subscribed")
+
+    async def run(self) -> None:
+        """Sample and publish every `interval` until cancelled, on a fixed cadence that does not drift."""
+        loop = asyncio.get_running_loop()
+        next_at = loop.time()
+        while True:
+            # NVML and psutil calls block; off the event loop so inference is not held up
+            devices = await asyncio.to_thread(self.devices.sample)
+            await self.publish(self.sample(devices=devices))
+            next_at += self.interval
+            delay = next_at - loop.time()
+            if delay < 0:  # we fell behind (a busy loop): skip missed ticks rather than burst
+                next_at = loop.time()
+                delay = 0
+            await asyncio.sleep(delay)
+
+    def start(self) -> asyncio.Task[None]:
+        """Run the sampler as a task of the running loop (once)."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self.run(), name="infera-metrics-sampler")
+        return self._task
+
+    async def stop(self) -> None:
+        """Cancel the sampling task and wait for it to end."""
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+
+def narrow(snapshot: Snapshot, model: str | None) -> Snapshot:
+    """`snapshot` with only `model`'s entries (the same object when `model` is None)."""
+    if model is None:
+        return snapshot
+    return {**snapshot, "models": [m for m in snapshot["models"] if m["name"] == model]}
+
+
+def _model_entry(stats: ModelStats, before: _Counters, now: _Counters, elapsed: float) -> dict[str, Any]:
+    def rate(current: int, previous: int) -> float:
+        return round((current - previous) / elapsed, 3) if elapsed > 0 else 0.0
+
+    new_successes = now.success - before.success
+    queue_count = now.queue_count - before.queue_count
+    compute_count = now.compute_count - before.compute_count
+    return {
+        "name": stats.name,
+        "version": stats.version,
+        "success_per_s": rate(now.success, before.success),
+        "failure_per_s": rate(now.failure, before.failure),
+        "inferences_per_s": rate(now.inferences, before.inferences),
+        "executions_per_s": rate(now.executions, before.executions),
+        "latency_ms": _latency_percentiles(stats, new_successes),
+        "queue_ms": _mean_ms(now.queue_ns - before.queue_ns, queue_count),
+        "compute_ms": _mean_ms(now.compute_ns - before.compute_ns, compute_count),
+        "batch_sizes": {
+            str(size): count - before.batches.get(size, 0)
+            for size, count in sorted(now.batches.items())
+            if count - before.batches.get(size, 0) > 0
+        },
+        "pending": stats.pending,
+    }
+
+
+def _latency_percentiles(stats: ModelStats, new_successes: int) -> dict[str, float] | None:
+    """p50/p95/p99 request latency of the requests that succeeded since the previous sample, in ms.
+
+    `recent` grows by one entry per success, so the interval's requests are its last `new_successes` entries;
+    counting them, rather than comparing timestamps, keeps this exact under any clock.
+    """
+    count = min(new_successes, len(stats.recent))
+    if count <= 0:
+        return None
+    durations = sorted(entry[1] for entry in itertools.islice(reversed(stats.recent), count))
+    return {f"p{p}": round(_nearest_rank(durations, p) / 1e6, 3) for p in PERCENTILES}
+
+
+def _nearest_rank(ordered: list[int], percentile: int) -> int:
+    rank = max(1, math.ceil(percentile / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def _mean_ms(total_ns: int, count: int) -> float | None:
+    return round(total_ns / count / 1e6, 3) if count > 0 else None

@@ -1,0 +1,61 @@
+"""Stand-ins for the monitoring tests: the server's list of served versions over real ModelStats, a hand clock."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine.lifecycle import ModelState
+from engine.monitoring.devices import CpuSample, DeviceSample
+from engine.stats import ComputeTimes, ModelStats
+
+
+@dataclass
+class Served:
+    """What the sampler reads of a ServedVersion: name, version, state and its real ModelStats."""
+
+    name: str
+    version: int
+    stats: ModelStats = field(init=False)
+    state: ModelState = ModelState.READY
+
+    def __post_init__(self) -> None:
+        self.stats = ModelStats(self.name, self.version)
+
+
+class ServedVersions:
+    """The one server method the sampler uses, over a list the test edits."""
+
+    def __init__(self, *served: Served) -> None:
+        self.served = list(served)
+
+    def served_versions(self) -> list[Served]:
+        return list(self.served)
+
+
+class FakeClock:
+    """A clock the test moves by hand (seconds, like time.monotonic)."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> float:
+        self.now += seconds
+        return self.now
+
+
+FIXED_DEVICES = DeviceSample(
+    cpu=CpuSample(
+        utilization=0.25, memory_used_bytes=4 << 30, memory_total_bytes=16 << 30, process_memory_bytes=1 << 28
+    )
+)
+
+
+def run_batch(stats: ModelStats, latencies_ms: list[float], queue_ms: float = 1.0, compute_ms: float = 2.0) -> None:
+    """Record one execution holding one request per latency, each with its own request duration."""
+    times = ComputeTimes(input_ns=0, infer_ns=int(compute_ms * 1e6), output_ns=0)
+    stats.record_batch(len(latencies_ms), times, len(latencies_ms))
+    for latency in latencies_ms:
+        stats.record_success(int(latency * 1e6), int(queue_ms * 1e6))

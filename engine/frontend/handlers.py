@@ -1,0 +1,187 @@
+"""The v2 endpoints on the engine facade: each takes the parsed request and returns a Reply."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from engine.errors import InvalidArgument
+from engine.frontend.routes import Route, parse_version
+from engine.protocol import (
+    choose_response_encoding,
+    compress_body,
+    decode_infer_request,
+    decompress_body,
+    encode_infer_response,
+    parse_header_length,
+    parse_json_object,
+)
+
+if TYPE_CHECKING:
+    from engine.server import InferenceServer
+
+JSON = b"application/json"
+OCTET_STREAM = b"application/octet-stream"
+FILE_PREFIX = "file:"
+
+
+@dataclass(slots=True)
+class Incoming:
+    """The parts of an HTTP request the endpoints read."""
+
+    route: Route
+    body: bytes
+    content_encoding: str | None = None
+    accept_encoding: str | None = None
+    header_length: bytes | None = None
+    max_body_bytes: int = 0
+
+
+@dataclass(slots=True)
+class Reply:
+    """An HTTP answer: status, body and the headers beyond content-type and content-length."""
+
+    status: int = 200
+    body: bytes = b""
+    content_type: bytes = JSON
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+
+
+EMPTY_OK = Reply(200, b"", b"text/plain")
+EMPTY_BAD = Reply(400, b"", b"text/plain")
+
+
+def _json(value: Any) -> Reply:
+    return Reply(200, orjson.dumps(value))
+
+
+def server_metadata(server: InferenceServer, incoming: Incoming) -> Reply:
+    from engine.server import EXTENSIONS
+
+    return _json({"name": server.name, "version": server.version, "extensions": EXTENSIONS})
+
+
+def health_live(server: InferenceServer, incoming: Incoming) -> Reply:
+    return EMPTY_OK if server.is_live() else EMPTY_BAD
+
+
+def health_ready(server: InferenceServer, incoming: Incoming) -> Reply:
+    return EMPTY_OK if server.is_ready() else EMPTY_BAD
+
+
+def model_metadata(server: InferenceServer, incoming: Incoming) -> Reply:
+    route = incoming.route
+    return _json(server.model_metadata(route.model, parse_version(route.version)))
+
+
+def model_ready(server: InferenceServer, incoming: Incoming) -> Reply:
+    route = incoming.route
+    return EMPTY_OK if server.model_ready(route.model, parse_version(route.version)) else EMPTY_BAD
+
+
+def model_config(server: InferenceServer, incoming: Incoming) -> Reply:
+    route = incoming.route
+    return _json(server.model_config_dict(route.model, parse_version(route.version)))
+
+
+def stats(server: InferenceServer, incoming: Incoming) -> Reply:
+    route = incoming.route
+    return _json(server.statistics(route.model, parse_version(route.version)))
+
+
+async def infer(server: InferenceServer, incoming: Incoming) -> Reply:
+    """Decode against the served version's config, run the request, encode what the client asked for."""
+    route = incoming.route
+    version = parse_version(route.version)
+    served = server.get_model(route.model, version)
+    body = decompress_body(incoming.body, incoming.content_encoding, incoming.max_body_bytes)
+    request = decode_infer_request(
+        body,
+        parse_header_length(incoming.header_length),
+        served.config,
+        model_name=route.model,
+        model_version=version,
+    )
+    response = await server.infer(request)
+    payload, header_length = encode_infer_response(response, request, batched=served.config.max_batch_size > 0)
+    reply = Reply(200, payload)
+    if header_length is not None:
+        reply.content_type = OCTET_STREAM
+        reply.headers.append((b"inference-header-content-length", str(header_length).encode()))
+    encoding = choose_response_encoding(incoming.accept_encoding)
+    if encoding is not None:
+        reply.body = compress_body(payload, encoding)
+        reply.headers.append((b"content-encoding", encoding.encode()))
+    return reply
+
+
+def _optional_json(incoming: Incoming) -> dict[str, Any]:
+    """A management body that may be empty; when present it must be a JSON object."""
+    body = decompress_body(incoming.body, incoming.content_encoding, incoming.max_body_bytes)
+    if not body.strip():
+        return {}
+    return parse_json_object(body)
+
+
+def _parameters(document: dict[str, Any]) -> dict[str, Any]:
+    parameters = document.get("parameters", {})
+    if not isinstance(parameters, dict):
+        raise InvalidArgument("'parameters' must be a JSON object")
+    return parameters
+
+
+def repository_index(server: InferenceServer, incoming: Incoming) -> Reply:
+    ready = _optional_json(incoming).get("ready", False)
+    if not isinstance(ready, bool):
+        raise InvalidArgument("'ready' must be true or false")
+    return _json(server.repository_index(ready_only=ready))
+
+
+async def repository_load(server: InferenceServer, incoming: Incoming) -> Reply:
+    """Load or reload a model, with Triton's `config` override and `file:<version>/<name>` contents."""
+    name = incoming.route.model
+    parameters = _parameters(_optional_json(incoming))
+    config = parameters.get("config")
+    if config is not None and not isinstance(config, str | dict):
+        raise InvalidArgument(f"failed to load '{name}': parameter 'config' must be a JSON string")
+    files: dict[str, bytes] = {}
+    for key, value in parameters.items():
+        if not key.startswith(FILE_PREFIX):
+            continue
+        path = key[len(FILE_PREFIX) :]
+        if not path or not isinstance(value, str):
+            raise InvalidArgument(f"failed to load '{name}': parameter '{key}' must name a file and carry base64")
+        try:
+            files[path] = base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            raise InvalidArgument(f"failed to load '{name}': parameter '{key}' is not valid base64") from None
+    await server.load_model(name, config=config, files=files or None)
+    return EMPTY_OK
+
+
+async def repository_unload(server: InferenceServer, incoming: Incoming) -> Reply:
+    _parameters(_optional_json(incoming))
+    await server.unload_model(incoming.route.model)
+    return EMPTY_OK
+
+
+SYNC_HANDLERS = {
+    "server_metadata": server_metadata,
+    "health_live": health_live,
+    "health_ready": health_ready,
+    "model_metadata": model_metadata,
+    "model_ready": model_ready,
+    "model_config": model_config,
+    "model_stats": stats,
+    "stats": stats,
+    "repository_index": repository_index,
+}
+ASYNC_HANDLERS = {
+    "infer": infer,
+    "repository_load": repository_load,
+    "repository_unload": repository_unload,
+}

@@ -1,0 +1,75 @@
+"""Triton's HTTP paths, matched with plain string operations (no regular expression per request)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.errors import InvalidArgument
+
+GET = "GET"
+POST = "POST"
+HEALTH_ENDPOINTS = frozenset({"health_live", "health_ready"})
+# endpoint under /v2/models/{m}[/versions/{v}]/<action> -> its method
+_MODEL_ACTIONS = {"ready": GET, "config": GET, "stats": GET, "infer": POST}
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """What a path asks for: an endpoint name, the method it takes, and the model and version it names."""
+
+    endpoint: str
+    method: str
+    model: str | None = None
+    version: str | None = None
+
+
+def resolve(path: str) -> Route | None:
+    """The route of a `/v2/...` path, or None when no endpoint lives there."""
+    parts = path.split("/")
+    if parts and parts[0] == "":
+        parts = parts[1:]
+    if parts and parts[-1] == "" and len(parts) > 1:
+        parts = parts[:-1]
+    if not parts or parts[0] != "v2":
+        return None
+    count = len(parts)
+    if count == 1:
+        return Route("server_metadata", GET)
+    area = parts[1]
+    if area == "models" and count >= 3:
+        return _model_route(parts[2:])
+    if area == "health" and count == 3 and parts[2] in ("live", "ready"):
+        return Route("health_" + parts[2], GET)
+    if area == "repository":
+        if count == 3 and parts[2] == "index":
+            return Route("repository_index", POST)
+        if count == 5 and parts[2] == "models" and parts[4] in ("load", "unload"):
+            return Route("repository_" + parts[4], POST, model=parts[3])
+    return None
+
+
+def _model_route(parts: list[str]) -> Route | None:
+    """Routes under /v2/models/: stats of every model, or one model's metadata, readiness, config, stats, infer."""
+    if parts == ["stats"]:
+        return Route("stats", GET)
+    model, rest = parts[0], parts[1:]
+    version = None
+    if rest and rest[0] == "versions":
+        if len(rest) < 2:
+            return None
+        version, rest = rest[1], rest[2:]
+    if not rest:
+        return Route("model_metadata", GET, model, version)
+    if len(rest) == 1 and rest[0] in _MODEL_ACTIONS:
+        action = rest[0]
+        return Route("infer" if action == "infer" else "model_" + action, _MODEL_ACTIONS[action], model, version)
+    return None
+
+
+def parse_version(text: str | None) -> int | None:
+    """A version from the path as a number; anything but digits is the client's error."""
+    if text is None or text == "":
+        return None
+    if not text.isdigit() or not text.isascii():
+        raise InvalidArgument(f"model version '{text}' is not a positive integer")
+    return int(text)

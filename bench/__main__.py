@@ -1,0 +1,214 @@
+"""`python -m bench`: measure the ceilings, Infera and MLServer in one run; print and write docs/benchmarks.md."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import shlex
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench import mlserver_peer
+from bench.dashboards import run_dashboards
+from bench.direct import measure_direct
+from bench.engine_inproc import measure_engine
+from bench.hotswap import console_switcher, repository_switcher, run_hotswap
+from bench.http_runs import HttpPlan, Target, measure_target, write_echo_responses
+from bench.infera import LAUNCH_MODES, ConsoleHome, infera_spec, resolve_mode
+from bench.models import MODELS, write_repository
+from bench.report import print_summary, write_outputs
+from bench.servers import ROOT, NotAvailable, ServerProcess, echo_spec, free_port
+from bench.system import system_info, usable_cores
+from bench.wrk import WRK, WrkScripts
+
+RESULTS = ROOT / "bench" / "results"
+HTTP_TARGETS = ("echo-uvicorn", "echo-daphne", "infera-uvicorn", "infera-daphne", "mlserver")
+DEFAULT_TARGETS = ("echo-uvicorn", "infera-uvicorn", "infera-daphne", "mlserver")
+SECTIONS = ("direct", "http", "engine", "hotswap", "dashboards")
+
+
+def csv(kind):
+    return lambda text: [kind(part) for part in text.split(",") if part]
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="2 s per run: a smoke run, not figures to publish")
+    parser.add_argument("--seconds", type=float, default=5.0, help="seconds per wrk run (default 5)")
+    parser.add_argument("--runs", type=int, default=3, help="runs per case; figures are their median (default 3)")
+    parser.add_argument("--models", type=csv(str), default=["simple", "mlp_small", "mlp_large"])
+    parser.add_argument("--concurrency", type=csv(int), default=[1, 16, 64])
+    parser.add_argument("--encodings", type=csv(str), default=["json", "binary"])
+    parser.add_argument("--targets", type=csv(str), default=list(DEFAULT_TARGETS), help=f"of {', '.join(HTTP_TARGETS)}")
+    parser.add_argument("--sections", type=csv(str), default=list(SECTIONS), help=f"of {', '.join(SECTIONS)}")
+    parser.add_argument("--infera-launch", choices=LAUNCH_MODES, default="auto")
+    parser.add_argument(
+        "--mlserver-workers", type=int, default=1, help="MLServer parallel_workers (default 1, its own)"
+    )
+    parser.add_argument("--engine-model", default="mlp_medium", help="model of the in-process engine run")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
+    parser.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
+    parser.add_argument("--setup-peers", action="store_true", help="(re)create MLServer's virtualenv first")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.seconds = 2.0
+    for name in args.models + [args.engine_model]:
+        if name not in MODELS:
+            parser.error(f"unknown model '{name}' ({', '.join(MODELS)})")
+    for name in args.targets:
+        if name not in HTTP_TARGETS:
+            parser.error(f"unknown target '{name}' ({', '.join(HTTP_TARGETS)})")
+    for name in args.sections:
+        if name not in SECTIONS:
+            parser.error(f"unknown section '{name}' ({', '.join(SECTIONS)})")
+    return args
+
+
+def http_targets(args: argparse.Namespace, repository: Path, workdir: Path, echo_dir: Path) -> list[Target]:
+    """The servers of the HTTP matrix, each built only when its turn comes."""
+    mode = args.infera_launch
+    builders = {
+        "echo-uvicorn": Target("echo-uvicorn", True, lambda: echo_spec("uvicorn", free_port(), echo_dir)),
+        "echo-daphne": Target("echo-daphne", True, lambda: echo_spec("daphne", free_port(), echo_dir)),
+        "infera-uvicorn": Target(
+            "infera-uvicorn", True, lambda: infera_spec("uvicorn", free_port(), repository, workdir / "uvicorn", mode)
+        ),
+        "infera-daphne": Target(
+            "infera-daphne", True, lambda: infera_spec("daphne", free_port(), repository, workdir / "daphne", mode)
+        ),
+        "mlserver": Target(
+            "mlserver",
+            False,
+            lambda: mlserver_peer.mlserver_spec(
+                workdir / "mlserver", repository, args.models, free_port(), args.mlserver_workers
+            ),
+        ),
+    }
+    return [builders[name] for name in args.targets]
+
+
+def guarded(section: str, run) -> dict:
+    """Run one optional section; a NotAvailable (or a crash) becomes the reason the report shows."""
+    print(f"\n{section}", flush=True)
+    try:
+        result = run()
+    except NotAvailable as reason:
+        result = {"unavailable": str(reason)}
+    except Exception as error:  # one broken section must not lose the others' figures
+        result = {"unavailable": f"{type(error).__name__}: {error}"}
+    if "unavailable" in result:
+        print(f"  not available: {result['unavailable'][:300]}", flush=True)
+    return result
+
+
+def hotswap_section(args, repository: Path, workdir: Path, scripts: WrkScripts) -> dict:
+    mode = resolve_mode(args.infera_launch)
+    spec = infera_spec("uvicorn", free_port(), repository, workdir / "hotswap", mode)
+    with ServerProcess(spec, RESULTS / "logs"):
+        if mode == "console":
+            switch = console_switcher(spec.base_url, ConsoleHome(workdir / "hotswap").api_token())
+            mechanism = "the console API (POST /api/models/mlp_small/versions/{n}/activate)"
+        else:
+            switch = repository_switcher(spec.base_url)
+            mechanism = "the v2 repository extension (load with a version_policy override)"
+        result = run_hotswap(spec, switch, repository, scripts, args.seconds)
+    result["mechanism"] = mechanism
+    d, s = result["during"], result["steady"]
+    print(
+        f"  steady p99 {s['p99_ms']:.3f} ms, during switches p99 {d['p99_ms']:.3f} ms, failed {d['errors']}", flush=True
+    )
+    return result
+
+
+def dashboards_section(args, repository: Path, workdir: Path, scripts: WrkScripts) -> dict:
+    if resolve_mode(args.infera_launch) != "console":
+        raise NotAvailable("/ws/metrics/ lives in the console process, which this tree cannot start yet")
+    spec = infera_spec("uvicorn", free_port(), repository, workdir / "dashboards", "console")
+    with ServerProcess(spec, RESULTS / "logs"):
+        cookie = ConsoleHome(workdir / "dashboards").session_cookie()
+        result = run_dashboards(spec, cookie, repository, scripts, args.seconds)
+    print(
+        f"  {result['rps_without']:.0f} req/s without, {result['rps_with']:.0f} with: cost {result['cost'] * 100:.1f}%"
+    )
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if not shutil.which(WRK):
+        print("wrk is not installed: apt-get install wrk", file=sys.stderr)
+        return 2
+    if "mlserver" in args.targets and (args.setup_peers or mlserver_peer.venv_missing()):
+        print("setting up MLServer's virtualenv under bench/.peers/ ...", flush=True)
+        try:
+            mlserver_peer.setup_venv()
+        except Exception as error:  # reported as not available in the MLServer rows
+            print(f"  MLServer setup failed: {error}", flush=True)
+    started = time.monotonic()
+    repository = write_repository(RESULTS / "repository").resolve()
+    workdir = Path(tempfile.mkdtemp(prefix="infera-bench-"))
+    scripts = WrkScripts()
+    results: dict = {
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": "python -m bench " + shlex.join(sys.argv[1:] if argv is None else argv),
+        "system": system_info(),
+        "settings": {
+            "seconds": args.seconds,
+            "runs": args.runs,
+            "models": args.models,
+            "concurrencies": args.concurrency,
+            "encodings": args.encodings,
+            "cores": usable_cores(),
+            "infera_launch": resolve_mode(args.infera_launch),
+        },
+    }
+    try:
+        if "direct" in args.sections:
+            print("\ndirect ceiling (session.run)", flush=True)
+            results["direct"] = []
+            for model in dict.fromkeys(args.models + ["mlp_large"]):
+                rows = measure_direct(repository, model, [1, 8, 16, 64], args.seconds)
+                for row in rows:
+                    rate, call = row["infer_per_s"], row["call_us"]
+                    print(f"  {model:10} batch {row['batch']:3} {rate:10.0f} inf/s {call:9.1f} µs/call")
+                results["direct"] += rows
+        if "http" in args.sections:
+            plan = HttpPlan(args.models, args.encodings, args.concurrency, args.seconds, args.runs)
+            echo_dir = write_echo_responses(workdir / "echo", repository, args.models)
+            results["http"] = []
+            for target in http_targets(args, repository, workdir, echo_dir):
+                print(f"\n{target.label}", flush=True)
+                results["http"] += measure_target(target, repository, plan, scripts, RESULTS / "logs")
+        if "engine" in args.sections:
+            results["engine"] = guarded(
+                f"engine in process ({args.engine_model}, 64 callers)",
+                lambda: measure_engine(repository, args.engine_model, max(args.seconds, 2.0)),
+            )
+        if "hotswap" in args.sections:
+            results["hotswap"] = guarded("hot swap", lambda: hotswap_section(args, repository, workdir, scripts))
+        if "dashboards" in args.sections:
+            results["dashboards"] = guarded(
+                "dashboards", lambda: dashboards_section(args, repository, workdir, scripts)
+            )
+    finally:
+        scripts.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+    gpu_json = RESULTS / "gpu_results.json"
+    if gpu_json.exists():
+        results["gpu"] = json.loads(gpu_json.read_text())
+    results["elapsed_s"] = time.monotonic() - started
+    print_summary(results)
+    write_outputs(results, None if args.no_write else args.out, RESULTS / "latest.json")
+    where = (
+        "" if args.no_write else f"; wrote {args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out}"
+    )
+    print(f"\ndone in {results['elapsed_s']:.0f} s{where}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

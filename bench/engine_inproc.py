@@ -1,0 +1,102 @@
+"""The engine in-process (issue 3): 64 asyncio callers through the dynamic batcher versus direct session.run."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from bench.direct import cpu_session, time_runs
+from bench.models import MODELS, sample_inputs
+
+try:
+    import uvloop
+except ImportError:  # pragma: no cover - uvloop comes with uvicorn[standard]
+    uvloop = None
+
+
+def _counts(stats: dict, model: str) -> tuple[int, int]:
+    """(inference_count, execution_count) summed over the model's versions in Triton's statistics format."""
+    inferences = executions = 0
+    for entry in stats.get("model_stats", []):
+        if entry.get("name") == model:
+            inferences += int(entry.get("inference_count", 0))
+            executions += int(entry.get("execution_count", 0))
+    return inferences, executions
+
+
+async def _run_engine(repository: Path, model_name: str, seconds: float, concurrency: int) -> dict:
+    from engine.server import InferenceServer
+    from engine.types import InferenceRequest
+
+    model = MODELS[model_name]
+    inputs = sample_inputs(model, 1)
+    server = InferenceServer(repository)
+    await server.start()
+    try:
+
+        def request() -> InferenceRequest:
+            return InferenceRequest(model_name=model_name, inputs=dict(inputs), batch_size=1)
+
+        for _ in range(50):
+            await server.infer(request())
+
+        # concurrency 1: the engine's overhead per request over one session.run of batch 1
+        calls, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds / 2:
+            await server.infer(request())
+            calls += 1
+        single_us = (time.perf_counter() - start) / calls * 1e6
+
+        before = _counts(server.statistics(model_name), model_name)
+        done = 0
+        deadline = time.perf_counter() + seconds
+
+        async def caller() -> None:
+            nonlocal done
+            while time.perf_counter() < deadline:
+                await server.infer(request())
+                done += 1
+
+        start = time.perf_counter()
+        await asyncio.gather(*(caller() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - start
+        after = _counts(server.statistics(model_name), model_name)
+    finally:
+        await server.stop()
+    executions = after[1] - before[1]
+    mean_batch = (after[0] - before[0]) / executions if executions else 0.0
+    return {"single_us": single_us, "infer_per_s": done / elapsed, "mean_batch": mean_batch}
+
+
+def measure_engine(repository: Path, model_name: str, seconds: float, concurrency: int = 64) -> dict:
+    """The engine's figures beside direct session.run on batches of the size its batcher formed."""
+    try:
+        import engine.server  # noqa: F401
+    except Exception as error:  # the engine is written in parallel; any import failure means not yet
+        return {"model": model_name, "unavailable": f"engine.server does not import: {error}"}
+    runner = asyncio.Runner(loop_factory=uvloop.new_event_loop) if uvloop else asyncio.Runner()
+    try:
+        with runner:
+            engine = runner.run(_run_engine(repository, model_name, seconds, concurrency))
+    except Exception as error:
+        return {"model": model_name, "unavailable": f"the engine failed: {type(error).__name__}: {error}"}
+    model = MODELS[model_name]
+    session = cpu_session(repository / model_name / "1" / "model.onnx")
+    batch = max(1, min(model.max_batch_size, round(engine["mean_batch"]) or concurrency))
+    calls, elapsed = time_runs(session, sample_inputs(model, batch), seconds / 2)
+    direct_rate = calls * batch / elapsed
+    calls, elapsed = time_runs(session, sample_inputs(model, 1), seconds / 2)
+    direct_single_us = elapsed / calls * 1e6
+    return {
+        "model": model_name,
+        "concurrency": concurrency,
+        "engine_infer_per_s": engine["infer_per_s"],
+        "mean_batch": engine["mean_batch"],
+        "direct_batch": batch,
+        "direct_infer_per_s": direct_rate,
+        "ratio": engine["infer_per_s"] / direct_rate,
+        "engine_single_us": engine["single_us"],
+        "direct_single_us": direct_single_us,
+        "overhead_us": engine["single_us"] - direct_single_us,
+    }

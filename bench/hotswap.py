@@ -1,0 +1,96 @@
+"""The hot-swap run: 64 clients on mlp_small while its active version switches 10 times; failures and p99."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+from bench.http_runs import infer_url, probe
+from bench.models import MLP_SMALL
+from bench.payloads import make_payload
+from bench.servers import NotAvailable, ServerSpec
+from bench.wrk import WrkScripts, median_run, run_wrk
+
+Switcher = Callable[[int], None]  # activates one version of mlp_small; raises on failure
+SWITCHES = 10
+
+
+def _post(url: str, body: dict | None, headers: dict[str, str]) -> None:
+    data = json.dumps(body or {}).encode()
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json", **headers})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            response.read()
+    except urllib.error.HTTPError as error:
+        raise NotAvailable(f"POST {url} answered {error.code}: {error.read()[:300].decode(errors='replace')}") from None
+
+
+def console_switcher(base_url: str, token: str) -> Switcher:
+    """Switch through the console's REST API: POST /api/models/{name}/versions/{n}/activate."""
+
+    def switch(version: int) -> None:
+        _post(
+            f"{base_url}/api/models/{MLP_SMALL.name}/versions/{version}/activate",
+            None,
+            {"Authorization": f"Token {token}"},
+        )
+
+    return switch
+
+
+def repository_switcher(base_url: str) -> Switcher:
+    """Switch through the v2 repository extension: reload with a version policy naming the one version."""
+
+    def switch(version: int) -> None:
+        config = json.dumps({"version_policy": {"specific": {"versions": [version]}}})
+        _post(f"{base_url}/v2/repository/models/{MLP_SMALL.name}/load", {"parameters": {"config": config}}, {})
+
+    return switch
+
+
+def run_hotswap(spec: ServerSpec, switch: Switcher, repository: Path, scripts: WrkScripts, seconds: float) -> dict:
+    """Steady wrk runs, then wrk runs during which the version switches SWITCHES times; both at 64 connections."""
+    payload = make_payload(MLP_SMALL, repository, "json")
+    url = infer_url(spec.base_url, MLP_SMALL.name)
+    problem = probe(url, payload, check_values=False)
+    if problem:
+        raise NotAvailable(f"probe failed: {problem}")
+    for version in (1, 2):  # proves both versions can be activated before anything is measured
+        switch(version)
+    script = scripts.script(f"{MLP_SMALL.name}-json", payload.body, payload.headers)
+    run_wrk(url, script, 16, 1)
+    steady = median_run([run_wrk(url, script, 64, seconds) for _ in range(3)])
+
+    window = max(2 * seconds, 6.0)
+    switch_times: list[float] = []
+    switch_errors: list[str] = []
+
+    def switch_loop() -> None:
+        begin = time.perf_counter()
+        for i in range(SWITCHES):
+            # evenly spread over the window, never past its end, whatever one switch takes
+            time.sleep(max(0.0, begin + window * (i + 1) / (SWITCHES + 1) - time.perf_counter()))
+            started = time.perf_counter()
+            try:
+                switch(1 if i % 2 == 0 else 2)
+            except Exception as error:  # recorded, the run goes on: the table shows it
+                switch_errors.append(str(error)[:200])
+            switch_times.append(time.perf_counter() - started)
+
+    switcher = threading.Thread(target=switch_loop, daemon=True)
+    switcher.start()
+    during = run_wrk(url, script, 64, window)
+    switcher.join(timeout=120)
+    return {
+        "steady": steady,
+        "during": median_run([during]),
+        "switches": len(switch_times),
+        "switch_errors": switch_errors,
+        "switch_s_max": max(switch_times, default=0.0),
+        "window_s": window,
+    }

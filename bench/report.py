@@ -1,0 +1,240 @@
+"""docs/benchmarks.md from one run's results: machine, method, targets, and every table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench.targets import CEILING_LABEL, INFERA_LABELS, MLSERVER_LABEL, all_verdicts, http_row
+
+BENCH_DIR = Path(__file__).resolve().parent
+CLOSING_NOTE = BENCH_DIR / "closing_note.md"
+
+
+def table(headers: list[str], rows: list[list[str]]) -> str:
+    """A markdown table."""
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join(" --- " for _ in headers) + "|"]
+    lines += ["| " + " | ".join(cells) + " |" for cells in rows]
+    return "\n".join(lines)
+
+
+def method_text(settings: dict) -> str:
+    return (
+        f"Everything below comes from one run of `python -m bench` on the machine above, all servers in turn on "
+        f"the same {settings['cores']} shared cores, no pinning: a server and its load generator compete for them, "
+        "as they would on a small host. Models are built locally from fixed seeds (`bench/models.py`); every "
+        "server gets the same ONNX files with one intra-op and one inter-op onnxruntime thread and its batcher on "
+        "(Infera: dynamic batching, `max_batch_size` 64 for the MLPs, queue delay 100 µs, `simple` 0 µs; "
+        "MLServer 1.7.1: adaptive batching, `max_batch_size` 64, `max_batch_time` 2 ms, through "
+        "`bench/mlserver_runtime.py`). Load comes from wrk with one thread on loopback, each request one sample "
+        f"(batch 1); each case runs {settings['runs']} times for {settings['seconds']:g} s after a 1 s warm-up, "
+        "and each figure is the median of those runs (errors are summed: non-2xx answers plus socket errors). "
+        "The HTTP ceiling is `bench/echo_app.py`, a bare ASGI app under the same uvicorn flags that reads the "
+        "body and answers a canned response of Infera's size; the direct ceiling is `session.run` in process on "
+        "batches of 1 to 64 with the same thread settings. Infera is started as "
+        f"`{settings['infera_launch']}`."
+    )
+
+
+def http_tables(results: dict) -> str:
+    parts = []
+    labels = [CEILING_LABEL, *INFERA_LABELS, MLSERVER_LABEL]
+    extra = sorted({r["target"] for r in results.get("http", [])} - set(labels))
+    for model in results["settings"]["models"]:
+        rows = []
+        for label in labels + extra:
+            for encoding in ("json", "binary"):
+                for concurrency in results["settings"]["concurrencies"]:
+                    row = http_row(results, label, model, encoding, concurrency)
+                    if row is None:
+                        continue
+                    if "unavailable" in row:
+                        rows.append(
+                            [
+                                label,
+                                encoding,
+                                str(concurrency),
+                                "not available: " + _short(row["unavailable"]),
+                                "",
+                                "",
+                                "",
+                            ]
+                        )
+                        continue
+                    rows.append(
+                        [
+                            label,
+                            encoding,
+                            str(concurrency),
+                            f"{row['rps']:.0f}",
+                            f"{row['p50_ms']:.3f}",
+                            f"{row['p99_ms']:.3f}",
+                            str(row["errors"]),
+                        ]
+                    )
+        if rows:
+            parts.append(
+                f"### {model}\n\n" + table(["server", "body", "conns", "req/s", "p50 ms", "p99 ms", "errors"], rows)
+            )
+    return "\n\n".join(parts)
+
+
+def ratio_table(results: dict) -> str:
+    rows = []
+    settings = results["settings"]
+    for label in INFERA_LABELS:
+        for model in settings["models"]:
+            for encoding in ("json", "binary"):
+                for concurrency in settings["concurrencies"]:
+                    ours = http_row(results, label, model, encoding, concurrency)
+                    if ours is None or "unavailable" in ours:
+                        continue
+                    cells = [label, model, encoding, str(concurrency)]
+                    for other in (MLSERVER_LABEL, CEILING_LABEL):
+                        theirs = http_row(
+                            results, other, model, "json" if other == MLSERVER_LABEL else encoding, concurrency
+                        )
+                        ok = theirs is not None and "unavailable" not in theirs and theirs["rps"]
+                        cells.append(f"{ours['rps'] / theirs['rps']:.2f}" if ok else "-")
+                    rows.append(cells)
+    if not rows:
+        return "No Infera figures in this run (see the HTTP tables for why)."
+    return table(["Infera", "model", "body", "conns", "/ MLServer (JSON)", "/ echo ceiling"], rows)
+
+
+def _short(text: str, limit: int = 140) -> str:
+    text = " ".join(str(text).split()).replace("|", "/")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def section_or_reason(run: dict | None, render) -> str:
+    if not run:
+        return "Not run."
+    if "unavailable" in run:
+        return f"Not available: {_short(run['unavailable'], 400)}"
+    return render(run)
+
+
+def engine_text(run: dict) -> str:
+    return table(
+        [
+            "model",
+            "callers",
+            "engine inf/s",
+            "mean batch",
+            "direct inf/s (same batch)",
+            "ratio",
+            "c=1 µs engine",
+            "c=1 µs direct",
+            "overhead µs",
+        ],
+        [
+            [
+                run["model"],
+                str(run["concurrency"]),
+                f"{run['engine_infer_per_s']:.0f}",
+                f"{run['mean_batch']:.1f}",
+                f"{run['direct_infer_per_s']:.0f} (batch {run['direct_batch']})",
+                f"{run['ratio']:.2f}",
+                f"{run['engine_single_us']:.1f}",
+                f"{run['direct_single_us']:.1f}",
+                f"{run['overhead_us']:.1f}",
+            ]
+        ],
+    )
+
+
+def hotswap_text(run: dict) -> str:
+    rows = [
+        [
+            "steady (median of 3)",
+            f"{run['steady']['rps']:.0f}",
+            f"{run['steady']['p50_ms']:.3f}",
+            f"{run['steady']['p99_ms']:.3f}",
+            str(run["steady"]["errors"]),
+        ],
+        [
+            f"{run['switches']} switches in {run['window_s']:.0f} s",
+            f"{run['during']['rps']:.0f}",
+            f"{run['during']['p50_ms']:.3f}",
+            f"{run['during']['p99_ms']:.3f}",
+            str(run["during"]["errors"]),
+        ],
+    ]
+    text = f"Switched through {run['mechanism']}; the slowest switch took {run['switch_s_max'] * 1000:.0f} ms.\n\n"
+    text += table(["mlp_small, 64 connections", "req/s", "p50 ms", "p99 ms", "failed"], rows)
+    if run["switch_errors"]:
+        text += "\n\nRefused switches: " + "; ".join(_short(e) for e in run["switch_errors"])
+    return text
+
+
+def dashboards_text(run: dict) -> str:
+    return table(
+        ["mlp_small, 64 connections", "req/s (median of 3)"],
+        [
+            ["no dashboards", f"{run['rps_without']:.0f}"],
+            [f"{run['clients']} dashboards open", f"{run['rps_with']:.0f}"],
+        ],
+    ) + (
+        f"\n\nCost: {run['cost'] * 100:.1f}% of throughput; each client received "
+        f"{run['snapshots_per_client_s']:.2f} snapshots per second."
+    )
+
+
+def gpu_text(gpu: dict | None) -> str:
+    if not gpu:
+        return (
+            "Not run on this machine (no GPU). `bench/gpu.sh` runs it on a GPU machine and writes "
+            "`gpu_results.json` and `gpu_results.md` under `$OUT`; copy the JSON to `bench/results/gpu_results.json` "
+            "and the next `make bench` puts its tables here."
+        )
+    return gpu.get("markdown", "")
+
+
+def render_markdown(results: dict) -> str:
+    """The whole docs/benchmarks.md."""
+    system = results["system"]
+    verdicts = all_verdicts(results)
+    parts = [
+        "# Benchmarks",
+        f"Generated by `{results['command']}` on {results['date']}. Do not edit by hand: run it again.",
+        "## Machine\n\n" + table(["", ""], [[k, _short(v)] for k, v in system.items()]),
+        "## Method\n\n" + method_text(results["settings"]),
+        "## Targets\n\n"
+        + table(
+            ["target", "goal", "measured", "result"],
+            [[v.target, v.goal, _short(v.measured, 200), v.status] for v in verdicts],
+        ),
+        "## Direct ceiling: onnxruntime session.run in process\n\n"
+        + table(
+            ["model", "batch", "inferences/s", "µs per call"],
+            [
+                [r["model"], str(r["batch"]), f"{r['infer_per_s']:.0f}", f"{r['call_us']:.1f}"]
+                for r in results.get("direct", [])
+            ],
+        ),
+        "## HTTP: throughput and latency\n\n" + http_tables(results),
+        "## Ratios\n\n" + ratio_table(results),
+        "## Engine in process (issue 3)\n\n" + section_or_reason(results.get("engine"), engine_text),
+        "## Hot swap under load\n\n" + section_or_reason(results.get("hotswap"), hotswap_text),
+        "## Dashboards open under load\n\n" + section_or_reason(results.get("dashboards"), dashboards_text),
+        "## GPU path (bench/gpu.sh)\n\n" + gpu_text(results.get("gpu")),
+    ]
+    if CLOSING_NOTE.exists():
+        parts.append("## Closing note\n\n" + CLOSING_NOTE.read_text().strip())
+    return "\n\n".join(parts) + "\n"
+
+
+def print_summary(results: dict) -> None:
+    """The targets table on stdout."""
+    print("\nTargets")
+    for v in all_verdicts(results):
+        print(f"  {v.status:4}  {v.target:52} {v.goal:34} {v.measured}")
+
+
+def write_outputs(results: dict, markdown_path: Path | None, json_path: Path) -> None:
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps(results, indent=1, default=str))
+    if markdown_path is not None:
+        markdown_path.parent.mkdir(parents=True, exist_ok=True)
+        markdown_path.write_text(render_markdown(results))

@@ -1,0 +1,164 @@
+"""The issues' targets, checked against one run's results: PASS, MISS, or N/A with the reason."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+INFERA_LABELS = ("infera-uvicorn", "infera-daphne")
+CEILING_LABEL = "echo-uvicorn"
+MLSERVER_LABEL = "mlserver"
+
+
+@dataclass
+class Verdict:
+    """One target line of the report."""
+
+    target: str
+    goal: str
+    measured: str
+    status: str  # PASS, MISS or N/A
+
+
+def http_row(results: dict, target: str, model: str, encoding: str, concurrency: int) -> dict | None:
+    """The HTTP row of one case, or None when it was not run."""
+    for row in results.get("http", []):
+        if (row["target"], row["model"], row["encoding"], row["concurrency"]) == (target, model, encoding, concurrency):
+            return row
+    return None
+
+
+def _measured(row: dict | None) -> bool:
+    return row is not None and "unavailable" not in row
+
+
+def _why_missing(*rows: tuple[str, dict | None]) -> str:
+    for label, row in rows:
+        if row is None:
+            return f"{label} not run"
+        if "unavailable" in row:
+            return f"{label} not available: {row['unavailable'][:120]}"
+    return ""
+
+
+def direct_rate(results: dict, model: str, batch: int) -> float | None:
+    for row in results.get("direct", []):
+        if row["model"] == model and row["batch"] == batch:
+            return row["infer_per_s"]
+    return None
+
+
+def _ratio_verdict(
+    target: str, goal: str, minimum: float, num: tuple[str, dict | None], den: tuple[str, dict | None]
+) -> Verdict:
+    if not (_measured(num[1]) and _measured(den[1])):
+        return Verdict(target, goal, _why_missing(num, den), "N/A")
+    ratio = num[1]["rps"] / den[1]["rps"]
+    status = "PASS" if ratio >= minimum and num[1]["errors"] == 0 else "MISS"
+    errors = f", {num[1]['errors']} errors" if num[1]["errors"] else ""
+    text = f"{ratio:.2f}× ({num[1]['rps']:.0f} vs {den[1]['rps']:.0f} req/s{errors})"
+    return Verdict(target, goal, text, status)
+
+
+def http_verdicts(results: dict, label: str) -> list[Verdict]:
+    """The HTTP targets of issues 4 and 8 for one Infera server."""
+    verdicts = []
+    small = http_row(results, label, "mlp_small", "json", 64)
+    mls = http_row(results, MLSERVER_LABEL, "mlp_small", "json", 64)
+    verdicts.append(
+        _ratio_verdict(f"{label}: mlp_small c=64 vs MLServer", "≥ 5×", 5.0, (label, small), (MLSERVER_LABEL, mls))
+    )
+    for model in ("simple", "mlp_small"):
+        ours = http_row(results, label, model, "json", 64)
+        echo = http_row(results, CEILING_LABEL, model, "json", 64)
+        verdicts.append(
+            _ratio_verdict(
+                f"{label}: {model} c=64 vs bare ASGI echo", "≥ 0.5×", 0.5, (label, ours), (CEILING_LABEL, echo)
+            )
+        )
+    large = http_row(results, label, "mlp_large", "json", 64)
+    ceiling = direct_rate(results, "mlp_large", 64)
+    goal = "≥ 0.8× session.run at batch 64"
+    if not _measured(large) or ceiling is None:
+        verdicts.append(
+            Verdict(f"{label}: mlp_large c=64 vs direct", goal, _why_missing((label, large)) or "direct not run", "N/A")
+        )
+    else:
+        ratio = large["rps"] / ceiling
+        verdicts.append(
+            Verdict(
+                f"{label}: mlp_large c=64 vs direct",
+                goal,
+                f"{ratio:.2f}× ({large['rps']:.0f} vs {ceiling:.0f} inferences/s)",
+                "PASS" if ratio >= 0.8 and large["errors"] == 0 else "MISS",
+            )
+        )
+    simple1 = http_row(results, label, "simple", "json", 1)
+    if not _measured(simple1):
+        verdicts.append(Verdict(f"{label}: simple c=1 p50", "≤ 0.5 ms", _why_missing((label, simple1)), "N/A"))
+    else:
+        p50 = simple1["p50_ms"]
+        verdicts.append(
+            Verdict(f"{label}: simple c=1 p50", "≤ 0.5 ms", f"{p50:.3f} ms", "PASS" if p50 <= 0.5 else "MISS")
+        )
+    return verdicts
+
+
+def engine_verdicts(results: dict) -> list[Verdict]:
+    """Issue 3: engine throughput ≥ 0.9 of direct at 64 callers; ≤ 50 µs overhead at one."""
+    engine = results.get("engine")
+    if not engine or "unavailable" in engine:
+        reason = (engine or {}).get("unavailable", "not run")
+        return [
+            Verdict("engine in process: 64 callers vs direct", "≥ 0.9×", reason[:160], "N/A"),
+            Verdict("engine in process: overhead at c=1", "≤ 50 µs", reason[:160], "N/A"),
+        ]
+    ratio, overhead = engine["ratio"], engine["overhead_us"]
+    return [
+        Verdict(
+            f"engine in process: {engine['model']} 64 callers vs direct",
+            "≥ 0.9×",
+            f"{ratio:.2f}× (mean batch {engine['mean_batch']:.1f})",
+            "PASS" if ratio >= 0.9 else "MISS",
+        ),
+        Verdict(
+            f"engine in process: {engine['model']} overhead at c=1",
+            "≤ 50 µs",
+            f"{overhead:.0f} µs",
+            "PASS" if overhead <= 50 else "MISS",
+        ),
+    ]
+
+
+def hotswap_verdicts(results: dict) -> list[Verdict]:
+    run = results.get("hotswap")
+    if not run or "unavailable" in run:
+        return [
+            Verdict(
+                "hot swap: failed requests over 10 switches",
+                "0",
+                (run or {}).get("unavailable", "not run")[:160],
+                "N/A",
+            )
+        ]
+    failed = run["during"]["errors"]
+    extra = f", {len(run['switch_errors'])} switches refused" if run["switch_errors"] else ""
+    ok = failed == 0 and not run["switch_errors"] and run["switches"] == 10
+    return [Verdict("hot swap: failed requests over 10 switches", "0", f"{failed}{extra}", "PASS" if ok else "MISS")]
+
+
+def dashboards_verdicts(results: dict) -> list[Verdict]:
+    run = results.get("dashboards")
+    if not run or "unavailable" in run:
+        return [
+            Verdict("50 dashboards: throughput cost", "< 5%", (run or {}).get("unavailable", "not run")[:160], "N/A")
+        ]
+    cost = run["cost"]
+    return [Verdict("50 dashboards: throughput cost", "< 5%", f"{cost * 100:.1f}%", "PASS" if cost < 0.05 else "MISS")]
+
+
+def all_verdicts(results: dict) -> list[Verdict]:
+    """Every target of the bench, in the report's order."""
+    verdicts = []
+    for label in INFERA_LABELS:
+        verdicts += http_verdicts(results, label)
+    return verdicts + engine_verdicts(results) + hotswap_verdicts(results) + dashboards_verdicts(results)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 
 from engine.errors import BackendError, InferaError, Unavailable
@@ -30,12 +31,10 @@ class Dispatcher:
         self.stats = stats
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
-        self._running: set[asyncio.Task] = set()
+        self._running: set[asyncio.Future] = set()
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(
-            self._run(), name=f"dispatch-{self.name}-{self.version}"
-        )
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"dispatch-{self.name}-{self.version}")
 
     async def submit(self, request: InferenceRequest) -> InferenceResponse:
         """Queue a validated request and wait for its outputs; raises Unavailable when the queue is full."""
@@ -48,69 +47,73 @@ class Dispatcher:
             shape_key=shape_key(request, self.batcher.batching),
         )
         self.batcher.add(pending, now)
-        self.stats.pending += 1
-        self._wake.set()
+        self.stats.pending = len(self.batcher)
+        if self.idle:
+            # an idle instance takes the batch now, without a hop through the dispatcher task
+            self._dispatch(now)
+        else:
+            self._wake.set()
         try:
             outputs = await pending.future
         except InferaError:
             self.stats.record_failure(time.monotonic_ns() - now)
             raise
-        return InferenceResponse(
-            model_name=self.name, model_version=self.version, outputs=outputs, id=request.id
-        )
+        return InferenceResponse(model_name=self.name, model_version=self.version, outputs=outputs, id=request.id)
 
     async def _run(self) -> None:
         batcher = self.batcher
         while True:
             self._wake.clear()
-            now = time.monotonic_ns()
-            for p in batcher.expire(now):
-                self._answer_timeout(p)
-            batch = batcher.next_batch(now) if self.idle else None
-            if batch is None:
-                deadline = batcher.next_deadline() if self.idle else None
-                if deadline is None:
-                    await self._wake.wait()
-                else:
-                    timeout = max(deadline - time.monotonic_ns(), 0) / 1e9
-                    try:
-                        await asyncio.wait_for(self._wake.wait(), timeout)
-                    except TimeoutError:
-                        pass
-                continue
-            instance = self.idle.pop()
-            task = asyncio.get_running_loop().create_task(self._execute(instance, batch))
-            self._running.add(task)
-            task.add_done_callback(self._running.discard)
+            self._dispatch(time.monotonic_ns())
+            deadline = batcher.next_deadline() if self.idle and len(batcher) else None
+            if deadline is None:
+                await self._wake.wait()
+            else:
+                timeout = max(deadline - time.monotonic_ns(), 0) / 1e9
+                try:
+                    await asyncio.wait_for(self._wake.wait(), timeout)
+                except TimeoutError:
+                    pass
 
-    async def _execute(self, instance: ModelInstance, batch: Batch) -> None:
+    def _dispatch(self, now: int) -> None:
+        """Expire timed-out requests, then hand batches to idle instances while the batcher releases them."""
+        for p in self.batcher.expire(now):
+            self._answer_timeout(p)
+        while self.idle:
+            batch = self.batcher.next_batch(now)
+            if batch is None:
+                return
+            instance = self.idle.pop()
+            requests = batch.requests
+            self.stats.pending = len(self.batcher)
+            future = instance.execute([p.request.inputs for p in requests], [p.batch_size for p in requests])
+            self._running.add(future)
+            future.add_done_callback(functools.partial(self._finish, instance, batch, time.monotonic_ns()))
+
+    def _finish(self, instance: ModelInstance, batch: Batch, start: int, future: asyncio.Future) -> None:
+        """Answer every request of a finished batch; a failed batch fails only its own requests."""
+        self._running.discard(future)
         requests = batch.requests
-        self.stats.pending -= len(requests)
-        start = time.monotonic_ns()
-        try:
-            outputs, times = await instance.execute(
-                [p.request.inputs for p in requests], [p.batch_size for p in requests]
-            )
-        except Exception as exc:  # noqa: BLE001 - a failed batch fails only its own requests
-            error = (
-                exc if isinstance(exc, InferaError) else BackendError(f"model '{self.name}' failed: {exc}")
-            )
+        exc = future.exception() if not future.cancelled() else Unavailable(f"model '{self.name}' stopped")
+        if exc is not None:
+            error = exc if isinstance(exc, InferaError) else BackendError(f"model '{self.name}' failed: {exc}")
             for p in requests:
                 if not p.future.done():
                     p.future.set_exception(error)
         else:
+            outputs, times = future.result()
             done = time.monotonic_ns()
             self.stats.record_batch(batch.size, times, len(requests))
             for p, out in zip(requests, outputs, strict=True):
                 if not p.future.done():
                     p.future.set_result(out)
                     self.stats.record_success(done - p.enqueue_ns, start - p.enqueue_ns, done)
-        finally:
-            self.idle.append(instance)
+        self.idle.append(instance)
+        if len(self.batcher):
             self._wake.set()
 
     def _answer_timeout(self, pending: PendingRequest) -> None:
-        self.stats.pending -= 1
+        self.stats.pending = len(self.batcher)
         if not pending.future.done():
             pending.future.set_exception(
                 Unavailable(f"inference request for model '{self.name}' timed out in the queue")
@@ -126,9 +129,7 @@ class Dispatcher:
                 pass
             self._task = None
         if self._running:
-            await asyncio.gather(*self._running, return_exceptions=True)
+            await asyncio.wait(list(self._running))
         for p in self.batcher.expire(time.monotonic_ns() + 10**18) + self.batcher._candidates():
             if not p.future.done():
-                p.future.set_exception(
-                    Unavailable(f"model '{self.name}' version {self.version} is unloading")
-                )
+                p.future.set_exception(Unavailable(f"model '{self.name}' version {self.version} is unloading"))

@@ -56,19 +56,17 @@ class DynamicBatcher:
         self.batching = config.dynamic_batching is not None and config.max_batch_size > 0
         db = config.dynamic_batching
         self.delay_ns = (db.max_queue_delay_microseconds * 1000) if db else 0
-        self.preferred = sorted(
-            {p for p in (db.preferred_batch_size if db else []) if p <= self.max_batch_size}
-        )
+        self.preferred = sorted({p for p in (db.preferred_batch_size if db else []) if p <= self.max_batch_size})
         levels = db.priority_levels if db and db.priority_levels > 0 else 1
         self.default_level = (db.default_priority_level or levels) if db and db.priority_levels > 0 else 1
         self.policies: dict[int, QueuePolicy] = {}
         for level in range(1, levels + 1):
-            policy = (db.priority_queue_policy.get(level) if db else None) or (
-                db.default_queue_policy if db else None
-            )
+            policy = (db.priority_queue_policy.get(level) if db else None) or (db.default_queue_policy if db else None)
             self.policies[level] = policy or QueuePolicy()
         self.queues: dict[int, deque[PendingRequest]] = {level: deque() for level in self.policies}
         self.size = 0
+        # without timeouts only callers that gave up can expire; they are dropped when a batch is taken
+        self.timeouts = any(p.default_timeout_microseconds or p.allow_timeout_override for p in self.policies.values())
 
     def __len__(self) -> int:
         return self.size
@@ -91,9 +89,7 @@ class DynamicBatcher:
             )
         timeout_us = policy.default_timeout_microseconds
         if policy.allow_timeout_override and pending.request.timeout_us:
-            timeout_us = (
-                pending.request.timeout_us if not timeout_us else min(timeout_us, pending.request.timeout_us)
-            )
+            timeout_us = pending.request.timeout_us if not timeout_us else min(timeout_us, pending.request.timeout_us)
         pending.level = level
         pending.deadline_ns = now_ns + timeout_us * 1000 if timeout_us else 0
         pending.enqueue_ns = pending.enqueue_ns or now_ns
@@ -103,6 +99,8 @@ class DynamicBatcher:
     def expire(self, now_ns: int) -> list[PendingRequest]:
         """Remove and return requests whose queue timeout passed (REJECT policy) or whose caller gave up."""
         expired: list[PendingRequest] = []
+        if not self.timeouts:
+            return expired
         for level, queue in self.queues.items():
             if not queue:
                 continue
@@ -118,17 +116,22 @@ class DynamicBatcher:
         return expired
 
     def _candidates(self) -> list[PendingRequest]:
-        """Requests in dispatch order: higher priority first, then arrival; DELAY-expired ones go last."""
+        """Live requests in dispatch order: higher priority first, then arrival (abandoned ones are dropped)."""
         ordered: list[PendingRequest] = []
         for level in sorted(self.queues):
-            ordered.extend(self.queues[level])
+            queue = self.queues[level]
+            if any(p.future.done() for p in queue):
+                live = deque(p for p in queue if not p.future.done())
+                self.size -= len(queue) - len(live)
+                self.queues[level] = queue = live
+            ordered.extend(queue)
         return ordered
 
     def next_batch(self, now_ns: int) -> Batch | None:
         """The batch to send now, or None to wait (until `next_deadline`, or for more requests)."""
-        if not self.size:
+        candidates = self._candidates() if self.size else []
+        if not candidates:
             return None
-        candidates = self._candidates()
         head = candidates[0]
         if not self.batching:
             return self._take([head])

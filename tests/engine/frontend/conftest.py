@@ -1,0 +1,35 @@
+"""An engine over a small real repository, served in process by V2App."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine.frontend import V2App
+from engine.server import InferenceServer
+from tests.engine.model_factory import make_simple_onnx
+
+TINY_QUEUE = "dynamic_batching { default_queue_policy { max_queue_size: 1 } }\n"
+APP_BODY_LIMIT = 64 * 1024
+
+
+@pytest.fixture
+def v2_repository(tmp_path: Path) -> Path:
+    """`simple` and `tiny_queue` (simple with a queue of one request)."""
+    make_simple_onnx(tmp_path, name="simple")
+    make_simple_onnx(tmp_path, name="tiny_queue", extra_config=TINY_QUEUE)
+    return tmp_path
+
+
+@pytest.fixture
+async def v2_server(v2_repository: Path):
+    server = InferenceServer(v2_repository, gpu_count=0)
+    await server.start()
+    yield server
+    await server.stop()
+
+
+@pytest.fixture
+def v2_app(v2_server: InferenceServer) -> V2App:
+    return V2App(v2_server, max_body_bytes=APP_BODY_LIMIT)

@@ -8,11 +8,16 @@ import sys
 
 
 def main() -> None:
-    """Run a management command with Infera's settings."""
+    """Run a management command with Infera's settings; a wrong setting ends it with one clear line."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
     from django.core.management import execute_from_command_line
 
-    execute_from_command_line(sys.argv)
+    from console.env import EnvError
+
+    try:
+        execute_from_command_line(sys.argv)
+    except EnvError as exc:
+        sys.exit(f"Infera cannot start: {exc}")
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ class VendorFinder(BaseFinder):
 
     def find(self, path: str, find_all: bool = False, **kwargs: object) -> str | list[str]:
         if path != PLOTLY_STATIC_PATH:
-            return [] if find_all else ""
+            return []  # Django's finders.find takes any non-list result, even "", as a match
         bundle = str(plotly_bundle_path())
         return [bundle] if find_all else bundle
 

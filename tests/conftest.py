@@ -1,0 +1,178 @@
+"""Shared fixtures: a real `manage.py serve` process on a free port, and headless Chromium through Playwright."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = REPO_ROOT / "test-artifacts"
+CHROMIUM = Path("/usr/bin/chromium")
+# the flags this machine needs: no sandbox as root, and no background calls to hosts the closed network refuses
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+ADMIN_PASSWORD = "infera-test-admin-password"
+SERVER_START_TIMEOUT_S = 180  # migrate + torch import + training the digits demo on two busy cores
+
+
+@dataclass
+class ServerProcess:
+    """A running `manage.py serve`: where it answers, who can sign in, and what it has printed so far."""
+
+    base_url: str
+    var_dir: Path
+    log_path: Path
+    process: subprocess.Popen[bytes]
+    admin_username: str = "admin"
+    admin_password: str = ADMIN_PASSWORD
+
+    def log(self) -> str:
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+    def get(self, path: str, timeout: float = 10.0) -> tuple[int, bytes]:
+        """(status, body) of a GET; HTTP errors are answers too, not exceptions."""
+        try:
+            with urllib.request.urlopen(self.base_url + path, timeout=timeout) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read()
+
+    def wait_for(self, path: str, status: int = 200, timeout: float = 60.0) -> int:
+        """Poll `path` until it answers `status`; the last status seen is returned either way."""
+        deadline = time.monotonic() + timeout
+        seen = -1
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                pytest.fail(f"the server exited with {self.process.returncode}:\n{self.log()[-4000:]}")
+            try:
+                seen, _ = self.get(path, timeout=5)
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                seen = -1
+            if seen == status:
+                return seen
+            time.sleep(0.25)
+        return seen
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def serve_process(var_dir: Path, *args: str, env: dict[str, str] | None = None) -> Iterator[ServerProcess]:
+    """Run `manage.py serve` with its own var/ until the block ends; fail with its log if it never answers."""
+    var_dir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    child_env = {
+        key: value
+        for key, value in os.environ.items()
+        # the server under test gets the embedded defaults, not the database or Redis the suite may point at
+        if key not in {"DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE", "HOST", "PORT"}
+    }
+    child_env |= {
+        "INFERA_VAR_DIR": str(var_dir),
+        "INFERA_ADMIN_PASSWORD": ADMIN_PASSWORD,
+        "PYTHONUNBUFFERED": "1",
+    }
+    child_env |= env or {}
+    log_path = var_dir / f"serve-{port}.log"
+    with open(log_path, "wb") as log_file:
+        process = subprocess.Popen(
+            [sys.executable, "manage.py", "serve", "--port", str(port), *args],
+            cwd=REPO_ROOT,
+            env=child_env,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
+    server = ServerProcess(f"http://127.0.0.1:{port}", var_dir, log_path, process)
+    try:
+        if server.wait_for("/accounts/login/", timeout=SERVER_START_TIMEOUT_S) != 200:
+            pytest.fail(f"the server did not answer /accounts/login/ in time:\n{server.log()[-4000:]}")
+        yield server
+    finally:
+        stop_process(process)
+
+
+def stop_process(process: subprocess.Popen[bytes]) -> None:
+    """Ctrl-C the server (a graceful shutdown, as a person would stop it), then kill it if it lingers."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def infera_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One real `manage.py serve` (uvicorn) for the session, with a fresh var/ (database, secret, models)."""
+    with serve_process(tmp_path_factory.mktemp("serve") / "var") as server:
+        yield server
+
+
+def engine_front_end_missing() -> str | None:
+    """Why /v2 cannot answer yet in this build, or None once the engine and its v2 front end are in."""
+    for path in ("engine/server.py", "engine/frontend"):
+        if not (REPO_ROOT / path).exists():
+            return f"{path} has not landed yet"
+    return None
+
+
+@pytest.fixture(scope="session")
+def chromium_browser() -> Iterator[object]:
+    """Debian's Chromium driven by Playwright (no browser download); each launch gets a fresh profile folder."""
+    if not CHROMIUM.exists():
+        message = f"{CHROMIUM} is missing: install Debian's chromium (apt-get install chromium); .ci/run does"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        # Playwright gives every launch a new, empty --user-data-dir of its own
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture
+def page(chromium_browser: object, request: pytest.FixtureRequest) -> Iterator[object]:
+    """A page in a fresh browser context; its last state is saved as test-artifacts/<test>.png."""
+    context = chromium_browser.new_context(viewport={"width": 1200, "height": 800})  # type: ignore[attr-defined]
+    browser_page = context.new_page()
+    try:
+        yield browser_page
+    finally:
+        ARTIFACTS.mkdir(exist_ok=True)
+        name = re.sub(r"[^\w.-]+", "_", request.node.nodeid.split("::", 1)[-1])
+        try:
+            browser_page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+        finally:
+            context.close()

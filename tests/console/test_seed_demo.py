@@ -1,0 +1,110 @@
+"""seed_demo: the demo repository is built locally, loads in onnxruntime, computes right, and is idempotent."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from django.core.management import call_command
+
+from console.demo_models import digits_split, seed_repository
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("store") / "models"
+    seed_repository(path, log=lambda line: None)
+    return path
+
+
+def session(path: Path) -> ort.InferenceSession:
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
+def test_it_lays_out_a_triton_repository(store: Path):
+    files = sorted(str(p.relative_to(store)) for p in store.rglob("*") if p.is_file())
+    assert files == [
+        "digits/1/model.onnx",
+        "digits/2/model.onnx",
+        "digits/config.pbtxt",
+        "simple/1/model.onnx",
+        "simple/config.pbtxt",
+        "simple_string/1/model.py",
+        "simple_string/config.pbtxt",
+    ]
+    assert "max_batch_size: 8" in (store / "simple" / "config.pbtxt").read_text()
+    assert "TYPE_STRING" in (store / "simple_string" / "config.pbtxt").read_text()
+
+
+def test_it_builds_simple_as_sum_and_difference(store: Path):
+    model = session(store / "simple" / "1" / "model.onnx")
+    a = np.arange(32, dtype=np.int32).reshape(2, 16)
+    b = np.full((2, 16), 3, dtype=np.int32)
+    out0, out1 = model.run(["OUTPUT0", "OUTPUT1"], {"INPUT0": a, "INPUT1": b})
+    assert out0.dtype == np.int32
+    np.testing.assert_array_equal(out0, a + b)
+    np.testing.assert_array_equal(out1, a - b)
+
+
+def test_it_trains_two_digits_versions_of_visibly_different_accuracy(store: Path):
+    _, _, test_x, test_y = digits_split()
+    accuracy = {}
+    for version in (1, 2):
+        model = session(store / "digits" / str(version) / "model.onnx")
+        (probabilities,) = model.run(["probabilities"], {"image": test_x})
+        assert probabilities.shape == (len(test_x), 10)
+        np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-4)
+        accuracy[version] = float((probabilities.argmax(axis=1) == test_y).mean())
+    assert accuracy[2] > 0.9
+    assert accuracy[1] < accuracy[2] - 0.3
+
+
+def test_it_runs_simple_string_on_decimal_strings(store: Path):
+    pytest.importorskip("engine.backends.python", reason="the python backend has not landed yet")
+    from engine.backends.base import Device
+    from engine.backends.python import PythonBackend
+    from engine.config import ModelConfig, TensorConfig
+
+    tensors = [TensorConfig(name, "TYPE_STRING", [16]) for name in ("INPUT0", "INPUT1", "OUTPUT0", "OUTPUT1")]
+    config = ModelConfig("simple_string", backend="python", max_batch_size=8, input=tensors[:2], output=tensors[2:])
+    backend = PythonBackend(config, store / "simple_string" / "1", Device())
+    backend.load()
+    try:
+        a = np.array([[str(i).encode() for i in range(16)]], dtype=object)
+        b = np.array([[b"2"] * 16], dtype=object)
+        (outputs,) = backend.split(backend.execute(backend.prepare([{"INPUT0": a, "INPUT1": b}])), [1])
+    finally:
+        backend.unload()
+    assert outputs["OUTPUT0"].tolist() == [[str(i + 2).encode() for i in range(16)]]
+    assert outputs["OUTPUT1"].tolist() == [[str(i - 2).encode() for i in range(16)]]
+
+
+def test_it_keeps_what_is_there_when_run_again(store: Path):
+    before = {p: p.read_bytes() for p in store.rglob("*") if p.is_file()}
+    report = seed_repository(store, log=lambda line: None)
+    assert report.created == []
+    assert sorted(report.kept) == ["digits/1", "digits/2", "simple/1", "simple_string/1"]
+    assert {p: p.read_bytes() for p in store.rglob("*") if p.is_file()} == before
+
+
+def test_it_keeps_an_edited_config(tmp_path: Path):
+    (tmp_path / "simple").mkdir()
+    (tmp_path / "simple" / "config.pbtxt").write_text('name: "simple"\nmax_batch_size: 4\n')
+    (tmp_path / "simple_string" / "1").mkdir(parents=True)
+    (tmp_path / "digits" / "1").mkdir(parents=True)
+    (tmp_path / "digits" / "2").mkdir(parents=True)
+    report = seed_repository(tmp_path, log=lambda line: None)
+    assert report.created == ["simple/1"]
+    assert (tmp_path / "simple" / "config.pbtxt").read_text().endswith("max_batch_size: 4\n")
+
+
+def test_the_command_prints_what_it_made_and_the_accuracies(tmp_path: Path):
+    out = io.StringIO()
+    call_command("seed_demo", store=tmp_path, stdout=out)
+    text = out.getvalue()
+    assert f"Seeding demo models into {tmp_path}" in text
+    assert "created simple/1" in text and "created digits/2" in text
+    assert "digits/2: held-out accuracy" in text

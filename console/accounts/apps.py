@@ -15,7 +15,7 @@ class AccountsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from console.accounts import signals
+        from console.accounts import login_throttle, signals  # noqa: F401  (login_throttle: signal receivers)
 
         # no sender: the groups must also pick up permissions of apps migrated after this one
         post_migrate.connect(signals.ensure_groups_after_migrate, dispatch_uid="accounts.ensure_groups")

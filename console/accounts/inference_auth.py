@@ -1,15 +1,17 @@
 """Token checks for the engine's /v2 front end, which runs outside Django's request stack.
 
-`make_v2_authenticator(mode)` returns the async hook the V2App calls with each request's ASGI scope (health
-endpoints are never passed to it). Mode `token` demands an active token of any role, `none` lets every request
-through, and `auto` (INFERA_INFERENCE_AUTH unset) means `token` when the server listens on a non-loopback address
-and `none` on loopback. Verified keys are cached for a few seconds so the hot path rarely touches the database.
+`make_v2_authenticator(mode)` returns the async hook the V2App awaits with each request's ASGI scope (health
+endpoints are never passed to it): True lets the request through, a refusal raises Unauthorized (401). Mode
+`token` demands an active token of any role, `none` lets every request through, and `auto` (INFERA_INFERENCE_AUTH
+unset) means `token` when the server listens on a non-loopback address and `none` on loopback. Verified keys are
+cached for a few seconds so the hot path rarely touches the database.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import logging
+import os
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
@@ -19,7 +21,7 @@ from channels.db import database_sync_to_async
 
 from console.accounts.roles import role_of
 from console.accounts.tokens import TokenRefused, find_token, hash_key, key_from_authorization
-from engine.errors import InferaError
+from engine.frontend.http import Unauthorized
 
 logger = logging.getLogger("console.accounts.inference_auth")
 
@@ -27,13 +29,7 @@ MODES = ("token", "none", "auto")
 CACHE_SECONDS = 5.0
 CACHE_ENTRIES = 4096
 
-V2Authenticator = Callable[[Mapping[str, Any]], Awaitable[None]]
-
-
-class Unauthenticated(InferaError):
-    """A /v2 request without a usable token (HTTP 401)."""
-
-    status = 401
+V2Authenticator = Callable[[Mapping[str, Any]], Awaitable[bool]]
 
 
 def is_loopback(host: str | None) -> bool:
@@ -115,28 +111,30 @@ def authorization_from_scope(scope: Mapping[str, Any]) -> str | None:
     return None
 
 
-async def verify_scope(scope: Mapping[str, Any], cache: TokenCache = token_cache) -> None:
-    """Raise Unauthenticated unless the scope carries an active token."""
+async def verify_scope(scope: Mapping[str, Any], cache: TokenCache = token_cache) -> bool:
+    """True when the scope carries an active token; raises Unauthorized saying what is wrong otherwise."""
     header = authorization_from_scope(scope)
     if header is None:
-        raise Unauthenticated("this server requires an API token: send 'Authorization: Bearer <key>'")
+        raise Unauthorized("this server requires an API token: send 'Authorization: Bearer <key>'")
     try:
         key = key_from_authorization(header)
     except TokenRefused as refused:
-        raise Unauthenticated(str(refused)) from None
+        raise Unauthorized(str(refused)) from None
     if key is None:
-        raise Unauthenticated("the Authorization header must be 'Bearer <key>' or 'Token <key>'")
+        raise Unauthorized("the Authorization header must be 'Bearer <key>' or 'Token <key>'")
     digest = hash_key(key)
     found, refusal = cache.get(digest)
     if not found:
         refusal = await _check_key_async(key)
         cache.put(digest, refusal)
     if refusal is not None:
-        raise Unauthenticated(refusal)
+        raise Unauthorized(refusal)
+    return True
 
 
-async def _allow_all(scope: Mapping[str, Any]) -> None:
+async def _allow_all(scope: Mapping[str, Any]) -> bool:
     """Mode `none`: every /v2 request is served."""
+    return True
 
 
 def make_v2_authenticator(
@@ -157,8 +155,8 @@ def make_v2_authenticator(
         if resolved == "none":
             return _allow_all
 
-        async def verify(scope: Mapping[str, Any]) -> None:
-            await verify_scope(scope, cache)
+        async def verify(scope: Mapping[str, Any]) -> bool:
+            return await verify_scope(scope, cache)
 
         return verify
 
@@ -167,10 +165,18 @@ def make_v2_authenticator(
         "set INFERA_INFERENCE_AUTH=token|none to fix it)"
     )
 
-    async def verify_by_address(scope: Mapping[str, Any]) -> None:
+    async def verify_by_address(scope: Mapping[str, Any]) -> bool:
         server = scope.get("server")
         if server and is_loopback(server[0]):
-            return
-        await verify_scope(scope, cache)
+            return True
+        return await verify_scope(scope, cache)
 
     return verify_by_address
+
+
+def v2_authenticator_from_settings() -> V2Authenticator:
+    """The /v2 hook for this process: INFERA_INFERENCE_AUTH, and INFERA_LISTEN_HOST when the launcher set it."""
+    from django.conf import settings
+
+    configured = getattr(settings, "INFERA_INFERENCE_AUTH", "auto")
+    return make_v2_authenticator(configured, listen_host=os.environ.get("INFERA_LISTEN_HOST") or None)

@@ -43,14 +43,19 @@ def role_of(user: AbstractBaseUser | AnonymousUser | None) -> Role | None:
     """The role of `user`: admin for superusers, else its highest role group; None when it has none or is inactive."""
     if user is None or not getattr(user, "is_authenticated", False) or not user.is_active:
         return None
+    return assigned_role(user)
+
+
+def assigned_role(user: AbstractBaseUser) -> Role | None:
+    """The role `user` holds, active or not (a deactivated user keeps it for when it is reactivated)."""
     if getattr(user, "is_superuser", False):
         return Role.ADMIN
-    cached = getattr(user, "_infera_role", _UNSET)
+    cached = user.__dict__.get("_infera_role", _UNSET)
     if cached is not _UNSET:
         return cached
     names = set(user.groups.filter(name__in=[role.value for role in Role]).values_list("name", flat=True))
     role = next((candidate for candidate in ROLE_RANK if candidate.value in names), None)
-    user._infera_role = role  # one query per request object, not one per permission check
+    user.__dict__["_infera_role"] = role  # one query per request object, not one per permission check
     return role
 
 

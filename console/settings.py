@@ -52,10 +52,12 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "channels",
     "console",
+    "console.accounts",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "console.accounts.middleware.SecurityHeadersMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -152,3 +154,8 @@ LOGGING = {
         "django": {"handlers": ["console"], "level": "WARNING", "propagate": False},
     },
 }
+
+# ---- Accounts and web safety: API tokens, throttles, Secure cookies unless DEBUG, log masking, INFERA_* switches ----
+from console.accounts.security_settings import accounts_settings  # noqa: E402
+
+globals().update(accounts_settings(debug=DEBUG, rest_framework=REST_FRAMEWORK, logging_config=LOGGING))

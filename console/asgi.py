@@ -16,10 +16,13 @@ from channels.routing import URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 
+from console.accounts.inference_auth import v2_authenticator_from_settings  # noqa: E402
 from console.composition import InferaApplication, build_engine  # noqa: E402
 from console.routing import websocket_urlpatterns  # noqa: E402
 
 server, engine_application = build_engine(settings.INFERA_MODEL_STORE)
+if hasattr(engine_application, "authenticate"):  # the V2App (the placeholder has no hook); health stays open
+    engine_application.authenticate = v2_authenticator_from_settings()
 
 application = InferaApplication(
     django_app=django_application,

@@ -33,3 +33,20 @@ async def v2_server(v2_repository: Path):
 @pytest.fixture
 def v2_app(v2_server: InferenceServer) -> V2App:
     return V2App(v2_server, max_body_bytes=APP_BODY_LIMIT)
+
+
+@pytest.fixture(scope="session")
+def server_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The repository the server-process tests serve (built once per session)."""
+    from tests.engine.frontend.server_process import build_repository
+
+    return build_repository(tmp_path_factory.mktemp("v2-repository"))
+
+
+@pytest.fixture(scope="session")
+def uvicorn_server_url(server_repository: Path, tmp_path_factory: pytest.TempPathFactory):
+    """`host:port` of the standalone app under uvicorn, shared by the tritonclient tests."""
+    from tests.engine.frontend.server_process import running_server
+
+    with running_server("uvicorn", server_repository, tmp_path_factory.mktemp("logs") / "uvicorn.log") as url:
+        yield url

@@ -92,10 +92,14 @@ def _finish(graph: onnx.GraphProto) -> onnx.ModelProto:
 
 
 def build_onnx(model: BenchModel, version: int = 1) -> onnx.ModelProto:
-    """The ONNX graph of one bench model version (versions differ only by weight seed)."""
+    """The ONNX graph of one bench model version.
+
+    Versions share their weights: a switch must not change answers, so every response can be checked the same way
+    whichever version served it (the response's model_version says which did).
+    """
     if model.name == "simple":
         return build_simple()
-    return build_mlp(MLP_LAYERS[model.name], seed=1000 + 17 * version + len(model.name))
+    return build_mlp(MLP_LAYERS[model.name], seed=1000 + len(model.name))
 
 
 def config_pbtxt(model: BenchModel, kind: str = "KIND_CPU") -> str:

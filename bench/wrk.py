@@ -107,7 +107,12 @@ def run_wrk(url: str, script: Path, connections: int, seconds: float, threads: i
     done = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 60)
     if done.returncode != 0:
         raise RuntimeError(f"wrk failed ({done.returncode}): {done.stderr.strip() or done.stdout.strip()}")
-    return parse_output(done.stdout)
+    run = parse_output(done.stdout)
+    if run.requests == 0:
+        # nothing came back in the whole run: each connection's request hung, which wrk counts nowhere
+        run.socket_errors = max(run.socket_errors, connections)
+        run.errors = run.status_errors + run.socket_errors
+    return run
 
 
 def median_run(runs: list[WrkRun]) -> dict:

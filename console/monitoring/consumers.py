@@ -1,0 +1,102 @@
+"""The /ws/metrics/ consumer: a backlog on connect, then one snapshot per second from the process's sampler.
+
+Client messages: {"model": "name" | null} narrows to one model (or widens back), {"window": seconds} asks for a
+longer or shorter backlog; either answers with a fresh backlog. Codes: 4401 not signed in, 4403 no console role.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import parse_qs
+
+import orjson
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+
+from console.accounts.permissions import can_view_models
+from console.monitoring.live import current_sampler, group_name
+from engine.monitoring.sampler import BACKLOG_SECONDS, narrow
+
+DEFAULT_WINDOW_S = 300
+CLOSE_UNAUTHENTICATED = 4401
+CLOSE_FORBIDDEN = 4403
+
+
+class MetricsConsumer(AsyncWebsocketConsumer):
+    """Streams live metrics to one dashboard."""
+
+    model: str | None = None
+    window: float = DEFAULT_WINDOW_S
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        # accept first, then close: a code is only seen by the browser on an open socket
+        await self.accept()
+        if user is None or not user.is_authenticated:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        if not await database_sync_to_async(can_view_models)(user):
+            await self.close(code=CLOSE_FORBIDDEN)
+            return
+        self.group = group_name()
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        query = parse_qs(self.scope.get("query_string", b"").decode())
+        self.model = (query.get("model") or [None])[0] or None
+        self.window = _window(query.get("window", [DEFAULT_WINDOW_S])[0])
+        await self.send_backlog()
+
+    async def disconnect(self, code: int) -> None:
+        group = getattr(self, "group", None)
+        if group is not None:
+            await self.channel_layer.group_discard(group, self.channel_name)
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        try:
+            message = orjson.loads(text_data or bytes_data or b"")
+            if not isinstance(message, dict):
+                raise ValueError("expected a JSON object")
+            if "model" in message:
+                model = message["model"]
+                if model is not None and not isinstance(model, str):
+                    raise ValueError("'model' must be a model name or null")
+                self.model = model or None
+            if "window" in message:
+                self.window = _window(message["window"])
+        except (orjson.JSONDecodeError, ValueError) as exc:
+            await self.send_json({"type": "error", "error": f"unreadable message: {exc}"})
+            return
+        await self.send_backlog()
+
+    async def metrics_snapshot(self, event: dict[str, Any]) -> None:
+        """One snapshot from the group: passed on as it came, or narrowed to this client's model."""
+        if self.model is None:
+            await self.send(text_data=event["text"])
+            return
+        message = orjson.loads(event["text"])
+        message["snapshot"] = narrow(message["snapshot"], self.model)
+        await self.send_json(message)
+
+    async def send_backlog(self) -> None:
+        sampler = current_sampler()
+        snapshots = sampler.backlog(seconds=self.window, model=self.model) if sampler is not None else []
+        await self.send_json(
+            {
+                "type": "backlog",
+                "model": self.model,
+                "window": self.window,
+                "interval": sampler.interval if sampler is not None else None,
+                "snapshots": snapshots,
+            }
+        )
+
+    async def send_json(self, content: Any) -> None:
+        await self.send(text_data=orjson.dumps(content).decode())
+
+
+def _window(value: Any) -> float:
+    """Backlog seconds asked for, clamped to what the sampler keeps."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"'window' must be a number of seconds, got {value!r}") from None
+    return min(max(seconds, 0.0), float(BACKLOG_SECONDS))

@@ -1,0 +1,250 @@
+/* The monitoring page: Plotly charts fed by /ws/metrics/ (through InferaLive.MetricsSocket from live.js).
+ *
+ * A backlog message (on connect, and after a change of model or window) rebuilds every chart once; each
+ * snapshot after that extends every trace in place with Plotly.extendTraces, keeping one window of points.
+ */
+(function () {
+  "use strict";
+
+  const root = document.getElementById("monitoring");
+  const stateLabel = document.getElementById("connection-state");
+  const windowSelect = document.getElementById("window-select");
+  const modelSelect = document.getElementById("model-select");
+  const noGpuNote = document.getElementById("no-gpu-note");
+  const deviceTitle = document.getElementById("device-title");
+  const { MetricsSocket, byModel } = window.InferaLive;
+
+  const PALETTE = ["#2f6fdb", "#e07b24", "#1b9e5a", "#c0392b", "#8e44ad", "#16a2b8", "#b8860b", "#5d6d7e"];
+  const PLOT_CONFIG = { displaylogo: false, responsive: true, modeBarButtonsToRemove: ["lasso2d", "select2d"] };
+  const GIB = 1024 ** 3;
+  const MIB = 1024 ** 2;
+
+  let interval = 1;
+  let windowSeconds = Number(windowSelect.value);
+  let model = modelSelect.value || null;
+  let gpuLayout = null; // true: GPU panels, false: CPU panels, null: not known yet
+  const knownModels = new Set([...modelSelect.options].map((o) => o.value).filter(Boolean));
+  const colors = new Map();
+
+  function colorOf(name) {
+    if (!colors.has(name)) colors.set(name, PALETTE[colors.size % PALETTE.length]);
+    return colors.get(name);
+  }
+
+  function layout(yTitle, extra = {}) {
+    return {
+      margin: { l: 50, r: 50, t: 8, b: 30 },
+      xaxis: { type: "date", tickformat: "%H:%M:%S" },
+      yaxis: { title: { text: yTitle }, rangemode: "tozero" },
+      legend: { orientation: "h", y: -0.18 },
+      showlegend: true,
+      uirevision: "keep", // zoom and hidden traces survive rebuilds
+      ...extra,
+    };
+  }
+
+  /* One chart: `series(snapshot)` lists its points as {key, y, trace}; traces appear as keys first show up. */
+  class LiveChart {
+    constructor(id, plotLayout, series) {
+      this.element = document.getElementById(id);
+      this.plotLayout = plotLayout;
+      this.series = series;
+      this.keys = [];
+      Plotly.newPlot(this.element, [], plotLayout, PLOT_CONFIG);
+    }
+
+    rebuild(snapshots) {
+      const traces = new Map();
+      const keys = [];
+      for (const snapshot of snapshots) {
+        const x = new Date(snapshot.t);
+        const present = new Map(this.series(snapshot).map((point) => [point.key, point]));
+        for (const [key, point] of present) {
+          if (!traces.has(key)) {
+            traces.set(key, { ...point.trace, x: [], y: [] });
+            keys.push(key);
+          }
+        }
+        for (const key of keys) {
+          const trace = traces.get(key);
+          trace.x.push(x);
+          trace.y.push(present.has(key) ? present.get(key).y : null); // a gap, not a line across it
+        }
+      }
+      this.keys = keys;
+      Plotly.react(this.element, keys.map((key) => traces.get(key)), this.plotLayout, PLOT_CONFIG);
+    }
+
+    extend(snapshot, maxPoints) {
+      const x = new Date(snapshot.t);
+      const points = this.series(snapshot);
+      const present = new Map(points.map((point) => [point.key, point]));
+      if (this.keys.length) {
+        Plotly.extendTraces(
+          this.element,
+          { x: this.keys.map(() => [x]), y: this.keys.map((key) => [present.has(key) ? present.get(key).y : null]) },
+          this.keys.map((_, index) => index),
+          maxPoints,
+        );
+      }
+      const fresh = points.filter((point) => !this.keys.includes(point.key));
+      if (fresh.length) {
+        Plotly.addTraces(this.element, fresh.map((point) => ({ ...point.trace, x: [x], y: [point.y] })));
+        this.keys.push(...fresh.map((point) => point.key));
+      }
+    }
+  }
+
+  function line(name, color, extra = {}) {
+    return { type: "scatter", mode: "lines", name, line: { color, width: 2, ...(extra.line || {}) }, ...extra };
+  }
+
+  const DASH = { p50: "solid", p95: "dash", p99: "dot" };
+
+  const charts = {
+    throughput: new LiveChart("chart-throughput", layout("requests/s"), (snapshot) => {
+      const models = [...byModel(snapshot).values()];
+      const points = models.map((m) => ({ key: m.name, y: m.success_per_s, trace: line(m.name, colorOf(m.name)) }));
+      const failures = models.reduce((sum, m) => sum + m.failure_per_s, 0);
+      points.push({ key: "failures", y: failures, trace: line("failures", "#b3261e", { line: { dash: "dot" } }) });
+      return points;
+    }),
+    latency: new LiveChart("chart-latency", layout("ms"), (snapshot) =>
+      [...byModel(snapshot).values()].flatMap((m) =>
+        Object.keys(DASH).map((p) => ({
+          key: `${m.name} ${p}`,
+          y: m.latency_ms ? m.latency_ms[p] : null,
+          trace: line(`${m.name} ${p}`, colorOf(m.name), { line: { dash: DASH[p] } }),
+        })),
+      ),
+    ),
+    queueCompute: new LiveChart("chart-queue-compute", layout("ms per request"), (snapshot) =>
+      [...byModel(snapshot).values()].flatMap((m) => [
+        { key: `${m.name} queue`, y: m.queue_ms, trace: line(`${m.name} queue`, colorOf(m.name), { line: { dash: "dot" } }) },
+        { key: `${m.name} compute`, y: m.compute_ms, trace: line(`${m.name} compute`, colorOf(m.name)) },
+      ]),
+    ),
+    batchSizes: new LiveChart("chart-batch-sizes", layout("executions/s", { barmode: "stack", bargap: 0.1 }), (snapshot) => {
+      const sizes = {};
+      for (const m of byModel(snapshot).values()) {
+        for (const [size, count] of Object.entries(m.batch_sizes)) sizes[size] = (sizes[size] || 0) + count;
+      }
+      const seconds = snapshot.interval || interval;
+      return Object.keys(sizes)
+        .sort((a, b) => Number(a) - Number(b))
+        .map((size) => ({ key: size, y: sizes[size] / seconds, trace: { type: "bar", name: `batch ${size}` } }));
+    }),
+    devices: new LiveChart(
+      "chart-devices",
+      layout("utilization %", {
+        yaxis: { title: { text: "utilization %" }, range: [0, 100] },
+        yaxis2: { title: { text: "memory" }, overlaying: "y", side: "right", rangemode: "tozero" },
+      }),
+      deviceSeries,
+    ),
+    pending: new LiveChart("chart-pending", layout("requests"), (snapshot) =>
+      [...byModel(snapshot).values()].map((m) => ({ key: m.name, y: m.pending, trace: line(m.name, colorOf(m.name)) })),
+    ),
+  };
+
+  function deviceSeries(snapshot) {
+    const devices = snapshot.devices || { gpus: [], cpu: null };
+    if (devices.gpus.length) {
+      return devices.gpus.flatMap((gpu) => {
+        const color = colorOf(gpu.uuid);
+        const used = gpu.memory_used_bytes;
+        return [
+          { key: `${gpu.uuid} util`, y: gpu.utilization === null ? null : gpu.utilization * 100,
+            trace: line(`GPU ${gpu.index} utilization %`, color) },
+          { key: `${gpu.uuid} mem`, y: used === null ? null : used / GIB,
+            trace: line(`GPU ${gpu.index} memory GiB`, color, { yaxis: "y2", line: { dash: "dot" } }) },
+        ];
+      });
+    }
+    if (!devices.cpu) return [];
+    return [
+      { key: "cpu util", y: devices.cpu.utilization * 100, trace: line("CPU utilization %", "#2f6fdb") },
+      { key: "process mem", y: devices.cpu.process_memory_bytes / MIB,
+        trace: line("process memory MiB", "#e07b24", { yaxis: "y2", line: { dash: "dot" } }) },
+    ];
+  }
+
+  function showDeviceKind(snapshot) {
+    const hasGpu = Boolean(snapshot.devices && snapshot.devices.gpus.length);
+    if (hasGpu === gpuLayout) return false;
+    gpuLayout = hasGpu;
+    noGpuNote.hidden = hasGpu;
+    deviceTitle.textContent = hasGpu ? "GPU utilization and memory" : "CPU utilization and process memory";
+    return true;
+  }
+
+  function learnModels(snapshot) {
+    for (const entry of snapshot.models || []) {
+      if (knownModels.has(entry.name)) continue;
+      knownModels.add(entry.name);
+      modelSelect.add(new Option(entry.name, entry.name));
+    }
+  }
+
+  function maxPoints() {
+    return Math.max(1, Math.round(windowSeconds / interval));
+  }
+
+  function onBacklog(message) {
+    if ((message.model || null) !== model) return; // an answer to a selection since changed
+    interval = message.interval || interval;
+    const snapshots = message.snapshots.slice(-maxPoints());
+    if (snapshots.length) showDeviceKind(snapshots[snapshots.length - 1]);
+    snapshots.forEach(learnModels);
+    for (const chart of Object.values(charts)) chart.rebuild(snapshots);
+    root.dataset.points = String(snapshots.length);
+  }
+
+  function onSnapshot(snapshot) {
+    learnModels(snapshot);
+    if (showDeviceKind(snapshot)) charts.devices.rebuild([]); // the panel's kind changed: start it afresh
+    for (const chart of Object.values(charts)) chart.extend(snapshot, maxPoints());
+    root.dataset.points = String(Math.min(Number(root.dataset.points || 0) + 1, maxPoints()));
+  }
+
+  function showState(state, detail) {
+    stateLabel.dataset.state = state;
+    if (state === "live") stateLabel.textContent = "live";
+    else if (state === "connecting") stateLabel.textContent = "connecting…";
+    else if (state === "reconnecting") stateLabel.textContent = `disconnected: retrying in ${detail.inSeconds} s`;
+    else if (state === "refused") {
+      stateLabel.textContent = "";
+      const link = document.createElement("a");
+      link.href = `/accounts/login/?next=${encodeURIComponent(window.location.pathname)}`;
+      link.textContent = detail.code === 4403 ? "not allowed to view metrics" : "signed out: sign in again";
+      stateLabel.append(link);
+    }
+  }
+
+  const socket = new MetricsSocket({
+    path: root.dataset.wsPath,
+    params: () => ({ model, window: windowSeconds }),
+    onState: showState,
+    onMessage: (message) => {
+      if (message.type === "backlog") onBacklog(message);
+      else if (message.type === "snapshot") onSnapshot(message.snapshot);
+      else if (message.type === "error") console.warn("metrics stream:", message.error);
+    },
+  }).start();
+
+  windowSelect.addEventListener("change", () => {
+    windowSeconds = Number(windowSelect.value);
+    socket.send({ window: windowSeconds }); // the answer is a backlog of the new window
+  });
+
+  modelSelect.addEventListener("change", () => {
+    model = modelSelect.value || null;
+    const url = new URL(window.location.href);
+    if (model) url.searchParams.set("model", model);
+    else url.searchParams.delete("model");
+    window.history.replaceState(null, "", url);
+    socket.send({ model });
+  });
+
+  window.inferaMonitoring = { charts, socket };
+})();

@@ -1,0 +1,52 @@
+"""/monitoring/: signed-in console roles only; the charts' containers, controls and scripts (served locally)."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from console.accounts.roles import set_role
+
+pytestmark = pytest.mark.django_db
+
+CHARTS = ("throughput", "latency", "queue-compute", "batch-sizes", "devices", "pending")
+
+
+def signed_in(client, role: str):
+    user = get_user_model().objects.create_user(f"user-{role}", password="pw-for-tests-123")
+    set_role(user, role)
+    client.force_login(user)
+    return client
+
+
+def test_it_sends_anonymous_visitors_to_sign_in(client):
+    response = client.get("/monitoring/")
+    assert response.status_code == 302
+    assert response["Location"].startswith("/accounts/login/?next=/monitoring/")
+
+
+def test_it_refuses_inference_only_users(client):
+    assert signed_in(client, "inference").get("/monitoring/").status_code == 403
+
+
+def test_it_shows_every_chart_the_controls_and_the_connection_state(client):
+    html = signed_in(client, "viewer").get("/monitoring/").content.decode()
+    for chart in CHARTS:
+        assert f'id="chart-{chart}"' in html
+    for window in ("60", "300", "900"):
+        assert f'<option value="{window}"' in html
+    assert 'id="model-select"' in html and 'id="connection-state"' in html
+    assert "No GPU on this machine" in html  # shown by the page script when snapshots carry no GPU
+    assert 'data-ws-path="/ws/metrics/"' in html
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/static/vendor/plotly.min.js", "/static/monitoring/live.js", "/static/monitoring/monitoring.js"],
+)
+def test_it_serves_its_scripts_from_this_server(client, path):
+    html = signed_in(client, "viewer").get("/monitoring/").content.decode()
+    assert f'src="{path}"' in html
+    response = client.get(path)
+    assert response.status_code == 200
+    assert int(response["Content-Length"]) > 1000

@@ -4,4 +4,6 @@ from __future__ import annotations
 
 from django.urls import URLPattern
 
-websocket_urlpatterns: list[URLPattern] = []
+from console.monitoring.routing import websocket_urlpatterns as monitoring_websockets
+
+websocket_urlpatterns: list[URLPattern] = [*monitoring_websockets]

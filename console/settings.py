@@ -53,6 +53,7 @@ INSTALLED_APPS = [
     "channels",
     "console",
     "console.accounts",
+    "console.monitoring",
 ]
 
 MIDDLEWARE = [

@@ -23,6 +23,7 @@ urlpatterns = [
     path("accounts/password/", auth_views.PasswordChangeView.as_view(), name="password_change"),
     path("accounts/password/done/", auth_views.PasswordChangeDoneView.as_view(), name="password_change_done"),
     path("admin/", admin.site.urls),
+    path("monitoring/", include("console.monitoring.urls")),
     path("", include("console.accounts.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     re_path(rf"^{settings.STATIC_URL.strip('/')}/(?P<path>.+)$", serve_static, name="static"),

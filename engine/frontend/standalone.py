@@ -24,7 +24,7 @@ class StandaloneApp:
         self.server = server
         self.v2 = V2App(server, max_body_bytes=max_body_bytes)
         self._started = False
-        self._start_lock = asyncio.Lock()
+        self._starting: asyncio.Future[None] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -35,11 +35,14 @@ class StandaloneApp:
         await self.v2(scope, receive, send)
 
     async def start(self) -> None:
-        """Start the engine once, loading every model of the repository."""
-        async with self._start_lock:
-            if not self._started:
-                await self.server.start()
-                self._started = True
+        """Start the engine once, loading every model of the repository.
+
+        The start runs as a task of its own, so a first request whose client goes away cannot cancel it.
+        """
+        if self._starting is None:
+            self._starting = asyncio.ensure_future(self.server.start())
+        await asyncio.shield(self._starting)
+        self._started = True
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -54,6 +57,7 @@ class StandaloneApp:
             elif message["type"] == "lifespan.shutdown":
                 await self.server.stop()
                 self._started = False
+                self._starting = None
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 

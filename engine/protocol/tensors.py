@@ -16,6 +16,12 @@ BINARY_ONLY_TYPES = frozenset({"FP16", "BF16"})
 _INTEGER_KINDS = "iu"
 _NUMBER_KINDS = "iuf"
 _LENGTH = struct.Struct("<I")
+_INTEGER_RANGES = {
+    dtype: (int(np.iinfo(dtype).min), int(np.iinfo(dtype).max))
+    for dtype in (
+        np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64)
+    )
+}
 
 
 def shape_text(shape: list[int] | tuple[int, ...]) -> str:
@@ -85,8 +91,8 @@ def _check_kind(name: str, datatype: str, dtype: np.dtype, values: np.ndarray) -
     if dtype.kind in _INTEGER_KINDS:
         if kind not in _INTEGER_KINDS:
             raise InvalidArgument(f"input '{name}' of datatype {datatype} expects integers in 'data'")
-        info = np.iinfo(dtype)
-        if values.min() < info.min or values.max() > info.max:
+        low, high = _INTEGER_RANGES[dtype]
+        if values.min() < low or values.max() > high:
             raise InvalidArgument(f"input '{name}' has values out of range for datatype {datatype}")
         return
     if kind not in _NUMBER_KINDS:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
@@ -20,9 +20,7 @@ from engine.protocol import (
     parse_header_length,
     parse_json_object,
 )
-
-if TYPE_CHECKING:
-    from engine.server import InferenceServer
+from engine.server import EXTENSIONS, InferenceServer
 
 JSON = b"application/json"
 OCTET_STREAM = b"application/octet-stream"
@@ -60,8 +58,6 @@ def _json(value: Any) -> Reply:
 
 
 def server_metadata(server: InferenceServer, incoming: Incoming) -> Reply:
-    from engine.server import EXTENSIONS
-
     return _json({"name": server.name, "version": server.version, "extensions": EXTENSIONS})
 
 

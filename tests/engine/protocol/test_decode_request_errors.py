@@ -114,21 +114,18 @@ def test_it_refuses_a_header_length_beyond_the_body(simple_config):
         decode_infer_request(body, 9999, simple_config)
 
 
-def test_it_refuses_a_binary_size_beyond_the_binary_section(simple_config):
-    body, header_length = _binary_request({"binary_data_size": 64}, b"\x00" * 32)
-    with pytest.raises(InvalidArgument, match="binary_data_size 64 but only 32 bytes"):
-        decode_infer_request(body, header_length, simple_config)
-
-
-def test_it_refuses_a_binary_size_that_does_not_match_the_shape(simple_config):
-    body, header_length = _binary_request({"binary_data_size": 60}, b"\x00" * 60)
-    with pytest.raises(InvalidArgument, match="has 60 bytes of binary data but shape \\[1, 16\\] of INT32 needs 64"):
-        decode_infer_request(body, header_length, simple_config)
-
-
-def test_it_refuses_binary_bytes_that_no_input_claims(simple_config):
-    body, header_length = _binary_request({"binary_data_size": 64}, b"\x00" * 70)
-    with pytest.raises(InvalidArgument, match="6 bytes of binary data no input claims"):
+@pytest.mark.parametrize(
+    ("size", "payload", "message"),
+    [
+        (64, 32, "binary_data_size 64 but only 32 bytes"),
+        (60, 60, "has 60 bytes of binary data but shape \\[1, 16\\] of INT32 needs 64"),
+        (64, 70, "6 bytes of binary data no input claims"),
+    ],
+    ids=["size beyond the binary section", "size against the shape", "unclaimed bytes"],
+)
+def test_it_refuses_binary_sizes_that_do_not_add_up(simple_config, size, payload, message):
+    body, header_length = _binary_request({"binary_data_size": size}, b"\x00" * payload)
+    with pytest.raises(InvalidArgument, match=message):
         decode_infer_request(body, header_length, simple_config)
 
 

@@ -1,0 +1,37 @@
+"""Django admin views of the registry (read mostly: changes go through the console so they are audited)."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+
+from console.registry.models import AuditEvent, ModelVersion, RegisteredModel
+
+
+class VersionInline(admin.TabularInline):
+    model = ModelVersion
+    extra = 0
+    fields = ["number", "state", "should_load", "error", "sha256", "size", "uploaded_by", "uploaded_at"]
+    readonly_fields = fields
+    can_delete = False
+
+
+@admin.register(RegisteredModel)
+class RegisteredModelAdmin(admin.ModelAdmin):
+    list_display = ["name", "platform", "backend", "active_version", "created_by", "created_at"]
+    search_fields = ["name", "description"]
+    readonly_fields = ["name", "backend", "platform", "created_by", "created_at", "active_version"]
+    inlines = [VersionInline]
+
+
+@admin.register(AuditEvent)
+class AuditEventAdmin(admin.ModelAdmin):
+    list_display = ["created_at", "actor_name", "action", "object"]
+    list_filter = ["action"]
+    search_fields = ["object", "actor_name"]
+    readonly_fields = ["created_at", "actor", "actor_name", "action", "object", "detail"]
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False

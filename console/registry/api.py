@@ -1,0 +1,223 @@
+"""The management API for models and versions: each view validates with a serializer and makes one domain call."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db.models import Q, QuerySet
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import generics, serializers, status
+from rest_framework.pagination import LimitOffsetPagination
+from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.settings import api_settings
+from rest_framework.views import APIView
+
+from console.accounts.permissions import CanManageModels, CanViewModels
+from console.accounts.tokens import TokenAuthentication
+from console.registry import services
+from console.registry.models import AuditEvent, ModelVersion, RegisteredModel
+from console.registry.serializers import (
+    AuditEventSerializer,
+    ModelCreateSerializer,
+    ModelUpdateSerializer,
+    RegisteredModelDetailSerializer,
+    RegisteredModelSerializer,
+    VersionDetailSerializer,
+    VersionSerializer,
+    VersionUploadSerializer,
+)
+from console.registry.uploads import max_upload_bytes, too_large
+
+# room for the multipart framing, the notes and a config beside the file itself
+MULTIPART_SLACK_BYTES = 2 * 1024 * 1024
+
+ErrorSerializer = inline_serializer("RegistryError", {"detail": serializers.CharField()})
+UploadErrorSerializer = inline_serializer(
+    "UploadError", {"detail": serializers.CharField(), "version": VersionDetailSerializer(required=False)}
+)
+
+
+def _authentication_classes() -> list[type]:
+    """The project's authentication plus API tokens (`Authorization: Token <key>` or `Bearer <key>`)."""
+    classes = list(api_settings.DEFAULT_AUTHENTICATION_CLASSES)
+    return classes if TokenAuthentication in classes else [TokenAuthentication, *classes]
+
+
+class RegistryAPIView(APIView):
+    """Base: token or session auth, role rules, and registry refusals answered with their status and reason."""
+
+    authentication_classes = _authentication_classes()
+    permission_classes = [CanManageModels]
+
+    def handle_exception(self, exc: Exception) -> Response:
+        if isinstance(exc, services.RegistryError):
+            body: dict[str, Any] = {"detail": exc.message}
+            if "version" in exc.extra:
+                body["version"] = VersionDetailSerializer(exc.extra["version"], context=self._context()).data
+            return Response(body, status=exc.status)
+        if isinstance(exc, DjangoValidationError):
+            return Response({"detail": " ".join(exc.messages)}, status=status.HTTP_400_BAD_REQUEST)
+        return super().handle_exception(exc)
+
+    def _context(self) -> dict[str, Any]:
+        return {"request": self.request, "view": self}
+
+    def version(self, name: str, number: str) -> ModelVersion:
+        if not number.isdigit():
+            raise services.RegistryError(f"a version is a whole number, got '{number}'")
+        return services.get_version(name, int(number))
+
+
+@extend_schema(tags=["models"])
+class ModelListView(RegistryAPIView):
+    """Registered models, and registering a new one."""
+
+    @extend_schema(responses=RegisteredModelSerializer(many=True))
+    def get(self, request: Request) -> Response:
+        models = RegisteredModel.objects.select_related("active_version", "created_by").prefetch_related("versions")
+        return Response(RegisteredModelSerializer(models, many=True, context=self._context()).data)
+
+    @extend_schema(
+        request=ModelCreateSerializer, responses={201: RegisteredModelDetailSerializer, 409: ErrorSerializer}
+    )
+    def post(self, request: Request) -> Response:
+        form = ModelCreateSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        model = services.register_model(request.user, **form.validated_data)
+        return Response(RegisteredModelDetailSerializer(model, context=self._context()).data, status=201)
+
+
+@extend_schema(tags=["models"])
+class ModelDetailView(RegistryAPIView):
+    """One model with its versions; change its description; delete it with every version."""
+
+    @extend_schema(responses={200: RegisteredModelDetailSerializer, 404: ErrorSerializer})
+    def get(self, request: Request, name: str) -> Response:
+        return Response(RegisteredModelDetailSerializer(services.get_model(name), context=self._context()).data)
+
+    @extend_schema(request=ModelUpdateSerializer, responses={200: RegisteredModelDetailSerializer})
+    def patch(self, request: Request, name: str) -> Response:
+        model = services.get_model(name)
+        if "name" in request.data and request.data["name"] != name:
+            raise services.RegistryError("a model's name cannot change (it names its folder and its /v2 URL)")
+        form = ModelUpdateSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        model = services.update_model(request.user, model, form.validated_data["description"])
+        return Response(RegisteredModelDetailSerializer(model, context=self._context()).data)
+
+    @extend_schema(responses={204: None, 404: ErrorSerializer})
+    def delete(self, request: Request, name: str) -> Response:
+        services.delete_model(request.user, services.get_model(name))
+        return Response(status=204)
+
+
+@extend_schema(tags=["versions"])
+class VersionListView(RegistryAPIView):
+    """A model's versions, and uploading a new one (checked and trial-loaded before it is stored)."""
+
+    parser_classes = [MultiPartParser, FormParser, JSONParser]
+
+    @extend_schema(responses={200: VersionSerializer(many=True), 404: ErrorSerializer})
+    def get(self, request: Request, name: str) -> Response:
+        versions = services.get_model(name).versions.select_related("model", "uploaded_by")
+        return Response(VersionSerializer(versions, many=True, context=self._context()).data)
+
+    @extend_schema(
+        request={"multipart/form-data": VersionUploadSerializer},
+        responses={
+            201: VersionDetailSerializer,
+            400: UploadErrorSerializer,
+            403: ErrorSerializer,
+            413: ErrorSerializer,
+        },
+    )
+    def post(self, request: Request, name: str) -> Response:
+        model = services.get_model(name)
+        length = int(request.META.get("CONTENT_LENGTH") or 0)
+        if length > max_upload_bytes() + MULTIPART_SLACK_BYTES:
+            raise services.RegistryError(too_large(length).message, 413)  # refused before the body is read
+        form = VersionUploadSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        version = services.add_version(request.user, model, **form.validated_data)
+        return Response(VersionDetailSerializer(version, context=self._context()).data, status=201)
+
+
+@extend_schema(tags=["versions"])
+class VersionDetailView(RegistryAPIView):
+    """One version with its effective config; deleting an inactive one."""
+
+    @extend_schema(responses={200: VersionDetailSerializer, 404: ErrorSerializer})
+    def get(self, request: Request, name: str, number: str) -> Response:
+        return Response(VersionDetailSerializer(self.version(name, number), context=self._context()).data)
+
+    @extend_schema(responses={204: None, 409: ErrorSerializer})
+    def delete(self, request: Request, name: str, number: str) -> Response:
+        services.delete_version(request.user, self.version(name, number))
+        return Response(status=204)
+
+
+class VersionActionView(RegistryAPIView):
+    """A change of desired state on one version; the reconciler acts on it, hence 202."""
+
+    change = staticmethod(services.activate)
+
+    @extend_schema(request=None, responses={202: VersionDetailSerializer, 404: ErrorSerializer, 409: ErrorSerializer})
+    def post(self, request: Request, name: str, number: str) -> Response:
+        version = type(self).change(request.user, self.version(name, number))
+        return Response(VersionDetailSerializer(version, context=self._context()).data, status=202)
+
+
+@extend_schema(tags=["versions"], summary="Activate a READY version (roll forward or back)")
+class VersionActivateView(VersionActionView):
+    change = staticmethod(services.activate)
+
+
+@extend_schema(tags=["versions"], summary="Load a version (a FAILED one is retried)")
+class VersionLoadView(VersionActionView):
+    change = staticmethod(services.load_version)
+
+
+@extend_schema(tags=["versions"], summary="Unload a version that is not the active one")
+class VersionUnloadView(VersionActionView):
+    change = staticmethod(services.unload_version)
+
+
+class AuditPagination(LimitOffsetPagination):
+    default_limit = 100
+    max_limit = 1000
+
+
+@extend_schema(
+    tags=["audit"],
+    parameters=[
+        OpenApiParameter("model", OpenApiTypes.STR, description="events on this model and its versions"),
+        OpenApiParameter("action", OpenApiTypes.STR, description="e.g. version.activate"),
+        OpenApiParameter("actor", OpenApiTypes.STR, description="user name"),
+    ],
+)
+class AuditListView(generics.ListAPIView):
+    """The audit trail, newest first."""
+
+    authentication_classes = _authentication_classes()
+    permission_classes = [CanViewModels]
+    serializer_class = AuditEventSerializer
+    pagination_class = AuditPagination
+
+    def get_queryset(self) -> QuerySet[AuditEvent]:
+        return filter_audit(AuditEvent.objects.all(), self.request.query_params)
+
+
+def filter_audit(events: QuerySet[AuditEvent], params: Any) -> QuerySet[AuditEvent]:
+    """Events narrowed by the `model`, `action` and `actor` query parameters (shared with the audit page)."""
+    if params.get("model"):
+        name = params["model"]
+        events = events.filter(Q(object=name) | Q(object__startswith=f"{name}/"))
+    if params.get("action"):
+        events = events.filter(action=params["action"])
+    if params.get("actor"):
+        events = events.filter(actor_name=params["actor"])
+    return events

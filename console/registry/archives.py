@@ -1,0 +1,161 @@
+"""Unpack an uploaded .zip or .tar(.gz) of a version folder, refusing anything that could escape or explode.
+
+Members are checked one by one and written by hand (never `extractall`): no absolute paths, no `..`, no links,
+no devices or pipes, at most `max_members` entries and `max_bytes` unpacked bytes, counted as they are written
+so a lying header cannot slip past.
+"""
+
+from __future__ import annotations
+
+import shutil
+import stat
+import tarfile
+import zipfile
+from pathlib import Path, PurePosixPath
+from typing import IO
+
+ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz", ".tar")
+# folders macOS adds to zips it makes; never part of a model
+IGNORED_TOP_FOLDERS = ("__MACOSX",)
+
+
+class ArchiveRejected(Exception):
+    """The archive is unsafe or unreadable; the message says which member and why."""
+
+
+def archive_kind(filename: str) -> str | None:
+    """'zip' or 'tar' from the file name, None when it is not an archive."""
+    lowered = filename.lower()
+    if lowered.endswith(".zip"):
+        return "zip"
+    if lowered.endswith((".tar.gz", ".tgz", ".tar")):
+        return "tar"
+    return None
+
+
+def member_path(name: str) -> PurePosixPath | None:
+    """The safe relative path of a member, None for entries to skip; ArchiveRejected for unsafe names."""
+    if "\0" in name:
+        raise ArchiveRejected(f"member {name!r} has a NUL character in its name")
+    if "\\" in name:
+        raise ArchiveRejected(f"member '{name}' uses '\\' in its path; archives must use '/'")
+    if name.startswith("/") or (len(name) > 1 and name[1] == ":"):
+        raise ArchiveRejected(f"member '{name}' has an absolute path")
+    parts = [part for part in PurePosixPath(name).parts if part != "."]
+    if ".." in parts:
+        raise ArchiveRejected(f"member '{name}' climbs out of the archive with '..'")
+    if not parts or parts[0] in IGNORED_TOP_FOLDERS:
+        return None
+    return PurePosixPath(*parts)
+
+
+class _Budget:
+    """Counts members and bytes written, refusing past the limits."""
+
+    def __init__(self, max_members: int, max_bytes: int) -> None:
+        self.max_members = max_members
+        self.max_bytes = max_bytes
+        self.members = 0
+        self.bytes = 0
+
+    def add_member(self, name: str) -> None:
+        self.members += 1
+        if self.members > self.max_members:
+            raise ArchiveRejected(f"the archive has more than {self.max_members} members")
+
+    def copy(self, source: IO[bytes], target: Path, name: str) -> None:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with target.open("xb") as out:
+            for chunk in iter(lambda: source.read(1 << 20), b""):
+                self.bytes += len(chunk)
+                if self.bytes > self.max_bytes:
+                    raise ArchiveRejected(
+                        f"the archive unpacks to more than {self.max_bytes // (1024 * 1024)} MB "
+                        f"(reached at member '{name}')"
+                    )
+                out.write(chunk)
+
+
+def unpack(archive: IO[bytes], kind: str, target: Path, *, max_members: int, max_bytes: int) -> None:
+    """Write the archive's regular files and folders under `target` (which must exist and be empty)."""
+    budget = _Budget(max_members, max_bytes)
+    try:
+        if kind == "zip":
+            _unpack_zip(archive, target, budget)
+        else:
+            _unpack_tar(archive, target, budget)
+    except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError) as exc:
+        raise ArchiveRejected(f"the archive cannot be read: {exc}") from None
+
+
+def _unpack_zip(archive: IO[bytes], target: Path, budget: _Budget) -> None:
+    with zipfile.ZipFile(archive) as bundle:
+        for info in bundle.infolist():
+            budget.add_member(info.filename)
+            mode = info.external_attr >> 16
+            if stat.S_ISLNK(mode):
+                raise ArchiveRejected(f"member '{info.filename}' is a symbolic link")
+            if mode and stat.S_IFMT(mode) not in (0, stat.S_IFREG, stat.S_IFDIR):
+                raise ArchiveRejected(f"member '{info.filename}' is not a regular file or folder")
+            relative = member_path(info.filename)
+            if relative is None:
+                continue
+            destination = target.joinpath(*relative.parts)
+            if info.is_dir():
+                destination.mkdir(parents=True, exist_ok=True)
+                continue
+            _refuse_duplicate(destination, info.filename)
+            with bundle.open(info) as source:
+                budget.copy(source, destination, info.filename)
+
+
+def _unpack_tar(archive: IO[bytes], target: Path, budget: _Budget) -> None:
+    with tarfile.open(fileobj=archive, mode="r:*") as bundle:
+        for member in bundle:
+            budget.add_member(member.name)
+            if member.issym() or member.islnk():
+                raise ArchiveRejected(f"member '{member.name}' is a link (to '{member.linkname}')")
+            if not (member.isfile() or member.isdir()):
+                raise ArchiveRejected(f"member '{member.name}' is a device, pipe or other special file")
+            relative = member_path(member.name)
+            if relative is None:
+                continue
+            destination = target.joinpath(*relative.parts)
+            if member.isdir():
+                destination.mkdir(parents=True, exist_ok=True)
+                continue
+            _refuse_duplicate(destination, member.name)
+            source = bundle.extractfile(member)
+            if source is None:
+                raise ArchiveRejected(f"member '{member.name}' cannot be read")
+            with source:
+                budget.copy(source, destination, member.name)
+
+
+def _refuse_duplicate(destination: Path, name: str) -> None:
+    if destination.exists():
+        raise ArchiveRejected(f"member '{name}' appears twice in the archive")
+
+
+def version_folder_of(unpacked: Path) -> Path:
+    """The folder holding the model files: unwrap one enclosing folder, and descend into a lone numbered one.
+
+    People zip a version folder (`3/model.onnx`), its contents (`model.onnx`), or a whole model folder
+    (`digits/config.pbtxt`, `digits/1/model.onnx`); all three give the folder with the model file.
+    """
+    folder = unpacked
+    entries = list(folder.iterdir())
+    if len(entries) == 1 and entries[0].is_dir():
+        folder = entries[0]
+        entries = list(folder.iterdir())
+    dirs = [entry for entry in entries if entry.is_dir()]
+    files = [entry for entry in entries if entry.is_file() and not entry.name.startswith("config.")]
+    if len(dirs) == 1 and not files and dirs[0].name.isdigit():
+        return dirs[0]
+    return folder
+
+
+def move_contents(source: Path, target: Path) -> None:
+    """Move everything in `source` into the existing folder `target`."""
+    for entry in source.iterdir():
+        shutil.move(str(entry), str(target / entry.name))

@@ -1,0 +1,33 @@
+"""What this process's engine holds of a model, for the API and pages (empty when no engine runs here)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from console import engine_link
+from console.registry.reconciler import engine_view
+
+
+@dataclass(frozen=True)
+class EngineStatus:
+    """READY versions and the version answering unversioned requests, in this process's engine."""
+
+    ready: frozenset[int] = field(default_factory=frozenset)
+    serving: int | None = None
+
+    @classmethod
+    def read(cls, name: str) -> EngineStatus:
+        server = engine_link.server_or_none()
+        if server is None:
+            return cls()
+        ready, serving = engine_view(server, name)
+        return cls(frozenset(ready), serving)
+
+    @classmethod
+    def of(cls, name: str, context: dict[str, Any]) -> EngineStatus:
+        """The status, read once per serializer context (a list asks for each model several times)."""
+        cache = context.setdefault("engine_status", {})
+        if name not in cache:
+            cache[name] = cls.read(name)
+        return cache[name]

@@ -1,0 +1,178 @@
+"""What the management API reads and writes: models, versions, uploads and audit events."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.files.uploadedfile import UploadedFile
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from console.registry.engine_status import EngineStatus
+from console.registry.models import MODEL_NAME_RULE, AuditEvent, ModelVersion, RegisteredModel, model_name_validator
+from console.registry.uploads import UploadRejected, parse_config_text
+from engine.config import ModelConfig
+
+
+class VersionSerializer(serializers.ModelSerializer):
+    """A version as listed: where it stands, what it is, who sent it."""
+
+    uploaded_by = serializers.SerializerMethodField()
+    is_active = serializers.SerializerMethodField()
+    is_serving = serializers.SerializerMethodField(
+        help_text="this process's engine answers unversioned requests with it"
+    )
+    is_loaded = serializers.SerializerMethodField(help_text="READY in this process's engine")
+
+    class Meta:
+        model = ModelVersion
+        fields = [
+            "number",
+            "state",
+            "error",
+            "should_load",
+            "is_active",
+            "is_serving",
+            "is_loaded",
+            "sha256",
+            "size",
+            "notes",
+            "uploaded_by",
+            "uploaded_at",
+            "state_changed_at",
+            "artifact",
+        ]
+        read_only_fields = fields
+
+    def get_uploaded_by(self, version: ModelVersion) -> str | None:
+        return version.uploaded_by.get_username() if version.uploaded_by else None
+
+    def get_is_active(self, version: ModelVersion) -> bool:
+        return version.model.active_version_id == version.pk
+
+    def get_is_serving(self, version: ModelVersion) -> bool:
+        return EngineStatus.of(version.model.name, self.context).serving == version.number
+
+    def get_is_loaded(self, version: ModelVersion) -> bool:
+        return version.number in EngineStatus.of(version.model.name, self.context).ready
+
+
+class VersionDetailSerializer(VersionSerializer):
+    """A version with the effective config it was checked with."""
+
+    class Meta(VersionSerializer.Meta):
+        fields = [*VersionSerializer.Meta.fields, "config"]
+        read_only_fields = fields
+
+
+class RegisteredModelSerializer(serializers.ModelSerializer):
+    """A registered model at a glance: its active version and what this process serves."""
+
+    created_by = serializers.SerializerMethodField()
+    active_version = serializers.SerializerMethodField()
+    serving_version = serializers.SerializerMethodField()
+    state = serializers.SerializerMethodField(help_text="the state of the active version")
+    version_count = serializers.SerializerMethodField()
+
+    class Meta:
+        model = RegisteredModel
+        fields = [
+            "name",
+            "description",
+            "backend",
+            "platform",
+            "created_by",
+            "created_at",
+            "active_version",
+            "serving_version",
+            "state",
+            "version_count",
+        ]
+        read_only_fields = fields
+
+    def get_created_by(self, model: RegisteredModel) -> str | None:
+        return model.created_by.get_username() if model.created_by else None
+
+    def get_active_version(self, model: RegisteredModel) -> int | None:
+        return model.active_number
+
+    def get_serving_version(self, model: RegisteredModel) -> int | None:
+        return EngineStatus.of(model.name, self.context).serving
+
+    def get_state(self, model: RegisteredModel) -> str | None:
+        return model.active_version.state if model.active_version_id else None
+
+    def get_version_count(self, model: RegisteredModel) -> int:
+        return len(model.versions.all())
+
+
+class RegisteredModelDetailSerializer(RegisteredModelSerializer):
+    """A model with every version."""
+
+    versions = serializers.SerializerMethodField()
+
+    class Meta(RegisteredModelSerializer.Meta):
+        fields = [*RegisteredModelSerializer.Meta.fields, "versions"]
+        read_only_fields = fields
+
+    @extend_schema_field(VersionSerializer(many=True))
+    def get_versions(self, model: RegisteredModel) -> list[dict[str, Any]]:
+        return VersionSerializer(model.versions.all(), many=True, context=self.context).data
+
+
+class ModelCreateSerializer(serializers.Serializer):
+    """Register a model by name (versions are uploaded afterwards)."""
+
+    name = serializers.CharField(
+        max_length=128, validators=[model_name_validator], help_text=f"Triton-safe: {MODEL_NAME_RULE}"
+    )
+    description = serializers.CharField(required=False, allow_blank=True, default="")
+    backend = serializers.CharField(required=False, allow_blank=True, default="", max_length=64)
+    platform = serializers.CharField(required=False, allow_blank=True, default="", max_length=64)
+
+
+class ModelUpdateSerializer(serializers.Serializer):
+    """What may change on a model: its description (a name is its identity in the store and on /v2)."""
+
+    description = serializers.CharField(allow_blank=True)
+
+
+@extend_schema_field(OpenApiTypes.BINARY)
+class ConfigField(serializers.Field):
+    """A model config as a file part or a text field: config.pbtxt text or its JSON form."""
+
+    def to_internal_value(self, data: Any) -> ModelConfig:
+        try:
+            if isinstance(data, UploadedFile):
+                return parse_config_text(data.read(), data.name or "")
+            if isinstance(data, str):
+                return parse_config_text(data)
+        except UploadRejected as exc:
+            raise serializers.ValidationError(exc.message) from None
+        raise serializers.ValidationError("send the config as a file or as text (config.pbtxt or JSON)")
+
+    def to_representation(self, value: Any) -> Any:
+        return None
+
+
+class VersionUploadSerializer(serializers.Serializer):
+    """A new version: the model file or an archive of the version folder, with an optional config."""
+
+    file = serializers.FileField(
+        help_text="model.onnx, model.pt, model.pt2, model.py, or a .zip/.tar.gz of the version folder"
+    )
+    config = ConfigField(required=False, help_text="config.pbtxt or its JSON form; the model's current one if left out")
+    notes = serializers.CharField(required=False, allow_blank=True, default="")
+    activate = serializers.BooleanField(required=False, default=False, help_text="make it active once it loads")
+
+
+class AuditEventSerializer(serializers.ModelSerializer):
+    """One entry of the audit trail."""
+
+    actor = serializers.CharField(source="actor_name")
+
+    class Meta:
+        model = AuditEvent
+        fields = ["id", "actor", "action", "object", "created_at", "detail"]
+        read_only_fields = fields

@@ -1,0 +1,247 @@
+"""Uploaded model versions: checked and staged before anything reaches the store, then trial-loaded.
+
+Two kinds of refusal. `UploadRejected` (4xx, nothing recorded) covers what is wrong with the request itself: the
+size, the file type, an unsafe archive, a config that does not parse, a python model from someone who may not
+upload code. `TrialFailed` covers what the engine finds: a config that fails validation or contradicts the model,
+a model file its runtime cannot load. That version is recorded as FAILED with the reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.files.uploadedfile import UploadedFile
+
+from console.registry import archives
+from console.registry.store import ModelStore
+from engine.backends import Device, get_backend
+from engine.config import ModelConfig
+from engine.config_format import parse_config_json, parse_config_pbtxt
+from engine.devices import gpu_count
+from engine.errors import InferaError
+from engine.lifecycle import instance_devices
+from engine.repository import CONFIG_FILES, MODEL_FILE_BACKENDS, complete_config
+
+# a single uploaded model file, by suffix -> the name it takes in the version folder
+MODEL_FILES_BY_SUFFIX = {Path(name).suffix: name for name in MODEL_FILE_BACKENDS}
+MAX_CONFIG_BYTES = 1024 * 1024
+MODEL_FILE_NAMES = ", ".join(MODEL_FILE_BACKENDS)
+
+
+class UploadRejected(Exception):
+    """The upload is refused before anything is stored; `status` is the HTTP answer."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+class TrialFailed(Exception):
+    """The engine refused the version (config validation, auto-complete, or loading it); the message says why."""
+
+
+def max_upload_bytes() -> int:
+    return int(settings.INFERA_MAX_UPLOAD_MB) * 1024 * 1024
+
+
+def max_unpacked_bytes() -> int:
+    """Archives may unpack to this much (INFERA_MAX_UNPACKED_MB, default four times the upload limit)."""
+    return int(getattr(settings, "INFERA_MAX_UNPACKED_MB", 4 * settings.INFERA_MAX_UPLOAD_MB)) * 1024 * 1024
+
+
+def max_archive_members() -> int:
+    return int(getattr(settings, "INFERA_MAX_ARCHIVE_MEMBERS", 10_000))
+
+
+def too_large(size: int) -> UploadRejected:
+    limit = settings.INFERA_MAX_UPLOAD_MB
+    return UploadRejected(
+        f"the upload is {size / (1024 * 1024):.1f} MB, over the limit of {limit} MB (INFERA_MAX_UPLOAD_MB)", 413
+    )
+
+
+@dataclass
+class StagedUpload:
+    """An upload unpacked inside the store's staging area: its version folder and what came with it."""
+
+    root: Path
+    version_dir: Path
+    sha256: str
+    size: int
+    config: ModelConfig | None = None
+    is_python: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    def assign_number(self, name: str, number: int) -> None:
+        """Rename the staged folder to `<name>/<number>`, the name the backend and its messages will see."""
+        target = self.root / name / str(number)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        self.version_dir = self.version_dir.rename(target)
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def parse_config_text(data: bytes | str, filename: str = "") -> ModelConfig:
+    """A config sent as config.pbtxt text or its JSON form (told apart by the file name, else by a leading '{')."""
+    if isinstance(data, bytes):
+        if len(data) > MAX_CONFIG_BYTES:
+            raise UploadRejected(f"the config is over {MAX_CONFIG_BYTES // 1024} KB")
+        try:
+            data = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise UploadRejected(f"the config is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    source = filename or "config"
+    as_json = filename.lower().endswith(".json") or (not filename and data.lstrip().startswith("{"))
+    try:
+        if as_json:
+            try:
+                document: Any = json.loads(data)
+            except json.JSONDecodeError as exc:
+                raise UploadRejected(f"{source}: not valid JSON: {exc}") from None
+            if not isinstance(document, dict):
+                raise UploadRejected(f"{source}: a JSON config must be an object")
+            return parse_config_json(document, source=source)
+        return parse_config_pbtxt(data, source=source)
+    except InferaError as exc:
+        raise UploadRejected(f"config: {exc.message}") from None
+
+
+def stage_upload(
+    store: ModelStore,
+    upload: UploadedFile,
+    config: ModelConfig | None,
+    base_config: ModelConfig | None,
+) -> StagedUpload:
+    """Check the upload's size and type, unpack it safely into staging, find its version folder and config.
+
+    `config` is the one sent with the upload; `base_config` the model's current one (used when none is sent).
+    """
+    if upload.size is not None and upload.size > max_upload_bytes():
+        raise too_large(upload.size)
+    filename = Path(upload.name or "").name
+    kind = archives.archive_kind(filename)
+    single = MODEL_FILES_BY_SUFFIX.get(Path(filename).suffix.lower())
+    if kind is None and single is None:
+        raise UploadRejected(
+            f"'{filename}' is neither a model file ({MODEL_FILE_NAMES}) nor an archive (.zip, .tar.gz) of a "
+            "version folder"
+        )
+    root = store.new_staging()
+    try:
+        staged = _unpack(upload, root, kind, single)
+        if config is None:
+            config = staged.config
+        elif staged.config is not None:
+            staged.notes.append("the config inside the archive was ignored: a config was sent with the upload")
+        staged.config = config
+        _check_model_file(staged.version_dir, config or base_config)
+        staged.is_python = _is_python(staged.version_dir, config or base_config)
+        return staged
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)
+        raise
+
+
+def _unpack(upload: UploadedFile, root: Path, kind: str | None, single: str | None) -> StagedUpload:
+    digest = hashlib.sha256()
+    size = 0
+    if kind is None:
+        version_dir = root / "version"
+        version_dir.mkdir()
+        with (version_dir / str(single)).open("xb") as out:
+            for chunk in upload.chunks():
+                digest.update(chunk)
+                size += len(chunk)
+                if size > max_upload_bytes():
+                    raise too_large(size)
+                out.write(chunk)
+        return StagedUpload(root, version_dir, digest.hexdigest(), size)
+    for chunk in upload.chunks():
+        digest.update(chunk)
+        size += len(chunk)
+    if size > max_upload_bytes():
+        raise too_large(size)
+    upload.seek(0)
+    unpacked = root / "unpacked"
+    unpacked.mkdir()
+    try:
+        archives.unpack(upload.file, kind, unpacked, max_members=max_archive_members(), max_bytes=max_unpacked_bytes())
+    except archives.ArchiveRejected as exc:
+        raise UploadRejected(f"archive '{Path(upload.name or '').name}': {exc}") from None
+    if not any(unpacked.iterdir()):
+        raise UploadRejected("the archive is empty")
+    version_dir = archives.version_folder_of(unpacked)
+    config = _take_config(version_dir, version_dir.parent if version_dir != unpacked else None)
+    staged_version = root / "version"
+    staged_version.mkdir()
+    archives.move_contents(version_dir, staged_version)
+    return StagedUpload(root, staged_version, digest.hexdigest(), size, config=config)
+
+
+def _take_config(version_dir: Path, model_dir: Path | None) -> ModelConfig | None:
+    """A config.pbtxt/config.json packed beside the model files or in the enclosing model folder, removed."""
+    found = [folder / name for folder in (version_dir, model_dir) if folder for name in CONFIG_FILES]
+    found = [path for path in found if path.is_file()]
+    if not found:
+        return None
+    if len(found) > 1:
+        raise UploadRejected("the archive holds more than one config file; keep one")
+    config = parse_config_text(found[0].read_bytes(), found[0].name)
+    found[0].unlink()
+    return config
+
+
+def _check_model_file(version_dir: Path, config: ModelConfig | None) -> None:
+    wanted = config.default_model_filename if config is not None and config.default_model_filename else None
+    present = sorted(p.name for p in version_dir.iterdir())
+    if wanted:
+        if not (version_dir / wanted).exists():
+            raise UploadRejected(f"the upload holds no '{wanted}' (the config's default_model_filename)")
+        return
+    if not any((version_dir / name).exists() for name in MODEL_FILE_BACKENDS):
+        shown = ", ".join(present[:10]) or "nothing"
+        raise UploadRejected(f"the upload holds none of {MODEL_FILE_NAMES} (it holds: {shown})")
+
+
+def _is_python(version_dir: Path, config: ModelConfig | None) -> bool:
+    """True when the version would run as a python-backend model (code executed inside the server)."""
+    if config is not None and config.backend_name:
+        return config.backend_name == "python"
+    named = config.default_model_filename if config is not None else ""
+    return (version_dir / (named or "model.py")).suffix == ".py" and (version_dir / (named or "model.py")).exists()
+
+
+def check_version(name: str, staged: StagedUpload, base_config: ModelConfig | None) -> ModelConfig:
+    """The effective config after the engine's completion and validation, once a trial load has passed."""
+    raw = staged.config if staged.config is not None else base_config
+    try:
+        effective = complete_config(name, staged.version_dir.parent, staged.version_dir, raw)
+        trial_load(effective, staged.version_dir)
+    except InferaError as exc:
+        raise TrialFailed(exc.message) from None
+    return effective
+
+
+def trial_load(config: ModelConfig, version_dir: Path) -> None:
+    """Load the version once on the CPU with its backend and release it; raise with the runtime's reason.
+
+    One CPU instance is enough to prove the file and the config agree, and it takes no GPU memory from what is
+    serving. Instance groups are still checked against this machine, so KIND_GPU without a GPU fails here.
+    """
+    instance_devices(config, gpu_count())
+    backend = get_backend(config.backend_name)(config, version_dir, Device("CPU", 0))
+    try:
+        backend.load()
+    except InferaError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a runtime's own exception is a load failure with its reason
+        raise TrialFailed(f"loading the model failed: {type(exc).__name__}: {exc}") from exc
+    backend.unload()

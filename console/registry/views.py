@@ -1,0 +1,49 @@
+"""Registry pages: the models list, a model's page, the audit log. The pages' script reads the REST API."""
+
+from __future__ import annotations
+
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, render
+
+from console.accounts.permissions import can_manage_models, python_models_refusal, role_required
+from console.registry.api import filter_audit
+from console.registry.models import AuditEvent, RegisteredModel
+from console.registry.uploads import max_upload_bytes
+
+AUDIT_PAGE_SIZE = 100
+
+
+@role_required()
+def model_list(request: HttpRequest) -> HttpResponse:
+    """Every registered model with its state, active version and throughput, refreshed live."""
+    return render(
+        request,
+        "registry/model_list.html",
+        {"can_manage": can_manage_models(request.user), "max_upload_bytes": max_upload_bytes()},
+    )
+
+
+@role_required()
+def model_detail(request: HttpRequest, name: str) -> HttpResponse:
+    """One model: versions and their actions, upload, effective config, and a form that sends a v2 request."""
+    model = get_object_or_404(RegisteredModel, name=name)
+    return render(
+        request,
+        "registry/model_detail.html",
+        {
+            "model": model,
+            "can_manage": can_manage_models(request.user),
+            "python_refusal": python_models_refusal(request.user),
+            "max_upload_bytes": max_upload_bytes(),
+        },
+    )
+
+
+@role_required()
+def audit_log(request: HttpRequest) -> HttpResponse:
+    """The audit trail, newest first, filterable by model, action and actor."""
+    events = filter_audit(AuditEvent.objects.all(), request.GET)
+    page = Paginator(events, AUDIT_PAGE_SIZE).get_page(request.GET.get("page"))
+    filters = {key: request.GET.get(key, "") for key in ("model", "action", "actor")}
+    return render(request, "registry/audit_log.html", {"page": page, "filters": filters})

@@ -54,6 +54,8 @@ INSTALLED_APPS = [
     "console",
     "console.accounts",
     "console.monitoring",
+    "console.registry",
+    "drf_spectacular_sidecar",  # Swagger UI assets for /api/docs/, served locally
 ]
 
 MIDDLEWARE = [

@@ -25,6 +25,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("monitoring/", include("console.monitoring.urls")),
     path("", include("console.accounts.urls")),
+    path("", include("console.registry.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     re_path(rf"^{settings.STATIC_URL.strip('/')}/(?P<path>.+)$", serve_static, name="static"),
 ]

@@ -95,8 +95,8 @@
     }
   }
 
-  function line(name, color, extra = {}) {
-    return { type: "scatter", mode: "lines", name, line: { color, width: 2, ...(extra.line || {}) }, ...extra };
+  function line(name, color, { line: lineStyle = {}, ...extra } = {}) {
+    return { type: "scatter", mode: "lines", name, line: { color, width: 2, ...lineStyle }, ...extra };
   }
 
   const DASH = { p50: "solid", p95: "dash", p99: "dot" };

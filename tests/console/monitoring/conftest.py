@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import threading
+import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 
+import orjson
 import pytest
 from channels.db import database_sync_to_async
 from django.contrib.auth import get_user_model
@@ -11,6 +15,8 @@ from django.contrib.auth import get_user_model
 from console.accounts.roles import set_role
 from console.monitoring import live
 from engine.monitoring.sampler import MetricsSampler
+from tests.conftest import ServerProcess, serve_process
+from tests.engine.model_factory import make_simple_onnx
 from tests.engine.monitoring.stand_ins import FIXED_DEVICES, FakeClock, Served, ServedVersions
 
 
@@ -52,3 +58,62 @@ def sampled(in_memory_layer) -> Iterator[SampledServer]:
     live.set_sampler(sampled.sampler)
     yield sampled
     live.set_sampler(None)
+
+
+@pytest.fixture(scope="package")
+def monitoring_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A real `manage.py serve` with Triton's `simple` model and NVML switched off (no GPU, as on most CI)."""
+    var_dir = tmp_path_factory.mktemp("monitoring") / "var"
+    make_simple_onnx(var_dir / "models")
+    environment = {"INFERA_DISABLE_NVML": "1", "INFERA_INFERENCE_AUTH": "none"}
+    with serve_process(var_dir, "--no-seed", "--no-access-log", env=environment) as server:
+        if server.wait_for("/v2/models/simple/ready", timeout=120) != 200:
+            pytest.fail(f"the model 'simple' did not become ready:\n{server.log()[-4000:]}")
+        yield server
+
+
+SIMPLE_REQUEST = orjson.dumps(
+    {
+        "inputs": [
+            {"name": name, "shape": [1, 16], "datatype": "INT32", "data": list(range(16))}
+            for name in ("INPUT0", "INPUT1")
+        ]
+    }
+)
+
+
+def infer_simple(server: ServerProcess) -> None:
+    """One inference of `simple` over HTTP; fails the test on anything but 200."""
+    request = urllib.request.Request(
+        server.base_url + "/v2/models/simple/infer",
+        data=SIMPLE_REQUEST,
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.status == 200
+
+
+@contextmanager
+def steady_load(server: ServerProcess) -> Iterator[list[int]]:
+    """Send `simple` requests from a thread until the block ends; yields a one-item list: requests sent so far."""
+    sent = [0]
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def send() -> None:
+        while not stop.is_set():
+            try:
+                infer_simple(server)
+            except BaseException as exc:  # noqa: BLE001 - reported to the test below
+                failures.append(exc)
+                return
+            sent[0] += 1
+
+    thread = threading.Thread(target=send, daemon=True)
+    thread.start()
+    try:
+        yield sent
+    finally:
+        stop.set()
+        thread.join(timeout=15)
+    assert not failures, failures

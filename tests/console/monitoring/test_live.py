@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
+
 import orjson
 import pytest
+from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from prometheus_client.parser import text_string_to_metric_families
 
+from console import engine_link
 from console.monitoring import live
 from console.monitoring.consumers import MetricsConsumer
 from engine.server import InferenceServer
@@ -69,3 +73,18 @@ async def test_it_answers_metrics_and_passes_other_paths_on(server):
     assert families["nv_inference_count"].samples[0].value == 2
     await app({"type": "http", "method": "GET", "path": "/v2/models", "headers": []}, receive, send)
     assert forwarded == ["/v2/models"]
+
+
+def test_it_starts_monitoring_when_the_engine_has_started():
+    assert live.start_monitoring_hook in engine_link.started_hooks()
+
+
+def test_it_streams_each_replicas_own_numbers_over_a_shared_layer(settings):
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    assert live.group_name() == "metrics"
+    settings.CHANNEL_LAYERS = {
+        "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": ["redis://127.0.0.1:9"]}}
+    }
+    name = live.group_name()
+    assert name.startswith("metrics.") and name.endswith(f".{os.getpid()}")
+    assert get_channel_layer().require_valid_group_name(name)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -39,6 +40,8 @@ class Command(BaseCommand):
         if not 0 < port < 65536:
             raise CommandError(f"--port must be between 1 and 65535, got {port}")
 
+        # the app is imported again by the ASGI server; this is how it learns where it listens (loopback or not)
+        os.environ["INFERA_LISTEN_HOST"] = host
         call_command("migrate", interactive=False, verbosity=0)
         self.stdout.write("Database is up to date.")
         self._ensure_admin()

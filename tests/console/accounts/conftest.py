@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.cache import cache
+from django.test import Client
+from rest_framework.test import APIClient
 
 from console.accounts.inference_auth import token_cache
 from console.accounts.roles import Role, set_role
@@ -48,3 +50,17 @@ def viewer(db):
 @pytest.fixture
 def inference(db):
     return make_user("ingo", Role.INFERENCE)
+
+
+def signed_in(user) -> Client:
+    """A test client with `user` signed into the console."""
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def api_client_for(user) -> APIClient:
+    """An API client authenticated as `user` (no token involved)."""
+    client = APIClient()
+    client.force_authenticate(user)
+    return client

@@ -1,0 +1,28 @@
+"""Per-token throttling of the management API: over INFERA_API_RATE answers 429."""
+
+from __future__ import annotations
+
+import pytest
+from rest_framework.test import APIClient
+
+from console.accounts.tokens import issue_token
+
+pytestmark = pytest.mark.django_db
+
+
+def bearer(key: str) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    return client
+
+
+def test_it_answers_429_when_a_token_goes_over_its_rate(settings, viewer):
+    settings.INFERA_API_RATE = "3/min"
+    _, key = issue_token(viewer, "busy")
+    _, other_key = issue_token(viewer, "quiet")
+    client = bearer(key)
+    assert [client.get("/api/tokens/").status_code for _ in range(3)] == [200, 200, 200]
+    refused = client.get("/api/tokens/")
+    assert refused.status_code == 429
+    assert "Retry-After" in refused.headers
+    assert bearer(other_key).get("/api/tokens/").status_code == 200  # counted per token

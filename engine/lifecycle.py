@@ -101,9 +101,7 @@ class ServedVersion:
         except BaseException:
             await self._release()
             raise
-        self.dispatcher = Dispatcher(
-            self.name, self.version, DynamicBatcher(self.config), self.instances, self.stats
-        )
+        self.dispatcher = Dispatcher(self.name, self.version, DynamicBatcher(self.config), self.instances, self.stats)
         self.dispatcher.start()
         self.state = ModelState.READY
 
@@ -152,6 +150,7 @@ class ModelEntry:
     versions: dict[int, ServedVersion] = field(default_factory=dict)
     active: int | None = None
     failures: dict[int, str] = field(default_factory=dict)
+    error: str = ""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
@@ -162,9 +161,7 @@ class ModelManager:
         self.gpus = gpus
         self.models: dict[str, ModelEntry] = {}
 
-    async def load(
-        self, config: ModelConfig, version_paths: dict[int, Path], active: int | None = None
-    ) -> None:
+    async def load(self, config: ModelConfig, version_paths: dict[int, Path], active: int | None = None) -> None:
         """Serve exactly these versions: load new ones, swap, drain and unload the rest.
 
         A failure leaves what was serving untouched and raises LoadError with the reason.
@@ -199,6 +196,7 @@ class ModelManager:
             retired = [v for k, v in entry.versions.items() if kept.get(k) is not v]
             entry.versions = kept
             entry.active = active if active in kept else max(kept)
+            entry.error = ""
             log.info("model '%s' serving versions %s (active %s)", config.name, sorted(kept), entry.active)
         for old in retired:
             await old.unload()
@@ -212,8 +210,14 @@ class ModelManager:
             retired = list(entry.versions.values())
             entry.versions = {}
             entry.active = None
+            entry.failures.clear()
+            entry.error = ""
         for old in retired:
             await old.unload()
+
+    def record_error(self, name: str, reason: str) -> None:
+        """Remember why a model could not even reach a version load (bad config, missing files)."""
+        self.models.setdefault(name, ModelEntry(name)).error = reason
 
     def set_active(self, name: str, version: int) -> None:
         entry = self.models.get(name)
@@ -224,12 +228,13 @@ class ModelManager:
     def get(self, name: str, version: int | None = None) -> ServedVersion:
         """The version that takes this request: the named one, or the active one."""
         entry = self.models.get(name)
-        if entry is None or (not entry.versions and not entry.failures):
+        if entry is None or (not entry.versions and not entry.failures and not entry.error):
             raise ModelNotFound(f"Request for unknown model: '{name}' is not found")
         if version is None:
             version = entry.active
             if version is None:
-                raise Unavailable(f"model '{name}' has no version ready")
+                reason = entry.error or "; ".join(f"version {v}: {r}" for v, r in sorted(entry.failures.items()))
+                raise Unavailable(f"model '{name}' has no version ready" + (f": {reason}" if reason else ""))
         served = entry.versions.get(version)
         if served is None:
             if version in entry.failures:

@@ -99,14 +99,10 @@ class InferenceServer:
                 selected = select_versions(effective.version_policy, sorted(version_paths))
                 version_paths = {v: version_paths[v] for v in selected}
             await self.manager.load(effective, version_paths, active_version)
-        except LoadError as exc:
-            message = (
-                exc.message
-                if exc.message.startswith("failed to load")
-                else f"failed to load '{name}': {exc.message}"
-            )
-            raise LoadError(message) from exc
         except InferaError as exc:
+            if exc.message.startswith("failed to load"):
+                raise
+            self.manager.record_error(name, exc.message)
             raise LoadError(f"failed to load '{name}': {exc.message}") from exc
 
     def _write_files(self, name: str, files: dict[str, bytes]) -> Path:
@@ -150,12 +146,8 @@ class InferenceServer:
             "name": name,
             "versions": [str(v) for v in sorted(entry.versions)],
             "platform": config.platform or config.backend_name,
-            "inputs": [
-                {"name": t.name, "datatype": t.datatype, "shape": batch + list(t.dims)} for t in config.input
-            ],
-            "outputs": [
-                {"name": t.name, "datatype": t.datatype, "shape": batch + list(t.dims)} for t in config.output
-            ],
+            "inputs": [{"name": t.name, "datatype": t.datatype, "shape": batch + list(t.dims)} for t in config.input],
+            "outputs": [{"name": t.name, "datatype": t.datatype, "shape": batch + list(t.dims)} for t in config.output],
         }
 
     def model_config(self, name: str, version: int | None = None) -> ModelConfig:
@@ -186,7 +178,7 @@ class InferenceServer:
                         "reason": reason,
                     }
             if not entry.versions and not entry.failures:
-                rows[(name, "")] = {"name": name, "state": "UNAVAILABLE", "reason": "unloaded"}
+                rows[(name, "")] = {"name": name, "state": "UNAVAILABLE", "reason": entry.error or "unloaded"}
         result = [rows[k] for k in sorted(rows)]
         if ready_only:
             result = [r for r in result if r.get("state") == "READY"]

@@ -61,9 +61,7 @@ def version_dir(tmp_path: Path, version: int, factor: str) -> Path:
 
 
 def request(value: float, batch: int = 1) -> InferenceRequest:
-    return InferenceRequest(
-        model_name="scale", inputs={"X": np.full((batch, 2), value, np.float32)}, batch_size=batch
-    )
+    return InferenceRequest(model_name="scale", inputs={"X": np.full((batch, 2), value, np.float32)}, batch_size=batch)
 
 
 @pytest.fixture(autouse=True)
@@ -193,3 +191,11 @@ async def test_it_runs_instances_of_one_model_concurrently(tmp_path):
     ScaleBackend.gate.set()
     await asyncio.gather(*tasks)
     await manager.stop()
+
+
+async def test_it_says_why_an_unversioned_request_finds_no_ready_version(tmp_path):
+    manager = ModelManager()
+    with pytest.raises(LoadError):
+        await manager.load(make_config(), {1: version_dir(tmp_path, 1, "broken")})
+    with pytest.raises(Unavailable, match="no version ready: version 1: weights are corrupt"):
+        manager.get("scale")

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
-from rest_framework.test import APIRequestFactory, force_authenticate
+from rest_framework.test import APIClient, APIRequestFactory, force_authenticate
 from rest_framework.views import APIView
 
 from console.accounts.permissions import CanManageModels, python_models_refusal
+from console.accounts.tokens import issue_token
 from tests.console.accounts.conftest import make_user
 
 pytestmark = pytest.mark.django_db
@@ -57,3 +58,16 @@ def test_it_lets_admins_upload_python_unless_disabled(settings, admin):
 
 def test_it_refuses_users_with_no_role(db):
     assert upload(make_user("nobody", None)).status_code == 403
+
+
+def test_the_registry_api_refuses_a_viewer_token_but_lets_it_read(viewer, inference):
+    _, viewer_key = issue_token(viewer, "ci")
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {viewer_key}")
+    refused = client.post("/api/models/", {"name": "digits"}, format="json")
+    assert refused.status_code == 403
+    assert "operator or admin" in refused.json()["detail"]
+    assert client.get("/api/models/").status_code == 200
+    _, inference_key = issue_token(inference, "client")
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {inference_key}")
+    assert client.get("/api/models/").status_code == 403  # inference tokens serve /v2 only

@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from engine.config import ModelConfig
+from engine.errors import LoadError
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,8 +55,14 @@ class Backend(ABC):
     def execute(self, batch: Any) -> Any:
         """Run one prepared batch and return what `split` takes."""
 
-    def unload(self) -> None:
+    def unload(self) -> None:  # noqa: B027 - most runtimes free themselves when dropped
         """Release the runtime's resources."""
+
+    def require_model_file(self) -> Path:
+        """The model file, or a LoadError naming the path that is missing."""
+        if not self.model_path.is_file():
+            raise LoadError(f"model file '{self.model_path}' not found")
+        return self.model_path
 
     def prepare(self, requests: list[dict[str, np.ndarray]]) -> Any:
         """Concatenate each input along the batch dimension (one request passes through untouched)."""

@@ -56,8 +56,7 @@ class OnnxRuntimeBackend(Backend):
     name = "onnxruntime"
 
     def load(self) -> None:
-        if not self.model_path.is_file():
-            raise LoadError(f"model file '{self.model_path}' not found")
+        self.require_model_file()
         options = self._session_options()
         providers: list[Any] = ["CPUExecutionProvider"]
         if self.device.is_gpu:

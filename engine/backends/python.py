@@ -41,8 +41,7 @@ class PythonBackend(Backend):
     name = "python"
 
     def load(self) -> None:
-        if not self.model_path.is_file():
-            raise LoadError(f"model file '{self.model_path}' not found")
+        self.require_model_file()
         install_python_utils()
         safe_name = re.sub(r"\W", "_", self.config.name)
         self.module_name = f"infera_model_{safe_name}_{self.version_path.name}_{next(_module_numbers)}"

@@ -42,8 +42,7 @@ class PyTorchBackend(Backend):
     def load(self) -> None:
         import torch
 
-        if not self.model_path.is_file():
-            raise LoadError(f"model file '{self.model_path}' not found")
+        self.require_model_file()
         for tensor in self.config.input + self.config.output:
             if tensor.data_type == "TYPE_STRING":
                 raise LoadError(f"the pytorch backend cannot serve TYPE_STRING tensor '{tensor.name}'")

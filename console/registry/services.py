@@ -128,7 +128,7 @@ def delete_model(actor: Any, model: RegisteredModel) -> None:
 def add_version(
     actor: Any,
     model: RegisteredModel,
-    upload: UploadedFile,
+    file: UploadedFile,
     *,
     config: ModelConfig | None = None,
     notes: str = "",
@@ -141,7 +141,7 @@ def add_version(
     store = get_store()
     base_config = _model_config(model)
     try:
-        staged = uploads.stage_upload(store, upload, config, base_config)
+        staged = uploads.stage_upload(store, file, config, base_config)
     except uploads.UploadRejected as exc:
         raise RegistryError(exc.message, exc.status) from None
     try:

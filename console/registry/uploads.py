@@ -111,7 +111,7 @@ def parse_config_text(data: bytes | str, filename: str = "") -> ModelConfig:
             return parse_config_json(document, source=source)
         return parse_config_pbtxt(data, source=source)
     except InferaError as exc:
-        raise UploadRejected(f"config: {exc.message}") from None
+        raise UploadRejected(exc.message) from None
 
 
 def stage_upload(

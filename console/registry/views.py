@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
@@ -20,7 +22,10 @@ def model_list(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "registry/model_list.html",
-        {"can_manage": can_manage_models(request.user), "max_upload_bytes": max_upload_bytes()},
+        {
+            "models": RegisteredModel.objects.select_related("active_version").prefetch_related("versions"),
+            "can_manage": can_manage_models(request.user),
+        },
     )
 
 
@@ -45,5 +50,7 @@ def audit_log(request: HttpRequest) -> HttpResponse:
     """The audit trail, newest first, filterable by model, action and actor."""
     events = filter_audit(AuditEvent.objects.all(), request.GET)
     page = Paginator(events, AUDIT_PAGE_SIZE).get_page(request.GET.get("page"))
+    for event in page:
+        event.detail_text = json.dumps(event.detail, sort_keys=True) if event.detail else ""
     filters = {key: request.GET.get(key, "") for key in ("model", "action", "actor")}
     return render(request, "registry/audit_log.html", {"page": page, "filters": filters})

@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from django.apps import apps
 from django.conf import settings
+from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 
 from console.demo_models import seed_repository
@@ -26,3 +28,6 @@ class Command(BaseCommand):
         target = store or settings.INFERA_MODEL_STORE
         self.stdout.write(f"Seeding demo models into {target}")
         seed_repository(target, log=lambda line: self.stdout.write(f"  {line}"))
+        # the registry's desired state decides what serves, so models seeded into the store are registered too
+        if apps.is_installed("console.registry") and Path(target).resolve() == settings.INFERA_MODEL_STORE.resolve():
+            call_command("import_repository", str(target), stdout=self.stdout)

@@ -7,7 +7,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
@@ -16,64 +15,134 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='AuditEvent',
+            name="AuditEvent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('actor_name', models.CharField(blank=True, max_length=150)),
-                ('action', models.CharField(db_index=True, max_length=64)),
-                ('object', models.CharField(db_index=True, max_length=256)),
-                ('created_at', models.DateTimeField(auto_now_add=True, db_index=True)),
-                ('detail', models.JSONField(blank=True, default=dict)),
-                ('actor', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("actor_name", models.CharField(blank=True, max_length=150)),
+                ("action", models.CharField(db_index=True, max_length=64)),
+                ("object", models.CharField(db_index=True, max_length=256)),
+                ("created_at", models.DateTimeField(auto_now_add=True, db_index=True)),
+                ("detail", models.JSONField(blank=True, default=dict)),
+                (
+                    "actor",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='ModelVersion',
+            name="ModelVersion",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('number', models.PositiveIntegerField()),
-                ('artifact', models.CharField(blank=True, help_text='version folder, relative to the store', max_length=512)),
-                ('sha256', models.CharField(blank=True, max_length=64)),
-                ('size', models.BigIntegerField(default=0)),
-                ('config', models.JSONField(blank=True, default=dict, help_text='the effective config it was checked with')),
-                ('notes', models.TextField(blank=True)),
-                ('uploaded_at', models.DateTimeField(auto_now_add=True)),
-                ('state', models.CharField(choices=[('PENDING', 'pending'), ('LOADING', 'loading'), ('READY', 'ready'), ('FAILED', 'failed'), ('UNLOADED', 'unloaded')], default='PENDING', max_length=16)),
-                ('error', models.TextField(blank=True)),
-                ('should_load', models.BooleanField(default=False)),
-                ('state_changed_at', models.DateTimeField(auto_now=True)),
-                ('uploaded_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("number", models.PositiveIntegerField()),
+                (
+                    "artifact",
+                    models.CharField(blank=True, help_text="version folder, relative to the store", max_length=512),
+                ),
+                ("sha256", models.CharField(blank=True, max_length=64)),
+                ("size", models.BigIntegerField(default=0)),
+                (
+                    "config",
+                    models.JSONField(blank=True, default=dict, help_text="the effective config it was checked with"),
+                ),
+                ("notes", models.TextField(blank=True)),
+                ("uploaded_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("PENDING", "pending"),
+                            ("LOADING", "loading"),
+                            ("READY", "ready"),
+                            ("FAILED", "failed"),
+                            ("UNLOADED", "unloaded"),
+                        ],
+                        default="PENDING",
+                        max_length=16,
+                    ),
+                ),
+                ("error", models.TextField(blank=True)),
+                ("should_load", models.BooleanField(default=False)),
+                ("state_changed_at", models.DateTimeField(auto_now=True)),
+                (
+                    "uploaded_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['model__name', 'number'],
+                "ordering": ["model__name", "number"],
             },
         ),
         migrations.CreateModel(
-            name='RegisteredModel',
+            name="RegisteredModel",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=128, unique=True, validators=[django.core.validators.RegexValidator('^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$', "a model name may hold only letters, digits, '_', '-' and '.', starting with a letter or digit, at most 128 characters")])),
-                ('description', models.TextField(blank=True)),
-                ('backend', models.CharField(blank=True, max_length=64)),
-                ('platform', models.CharField(blank=True, max_length=64)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('active_version', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='registry.modelversion')),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "name",
+                    models.CharField(
+                        max_length=128,
+                        unique=True,
+                        validators=[
+                            django.core.validators.RegexValidator(
+                                "^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$",
+                                "a model name may hold only letters, digits, '_', '-' and '.', "
+                                "starting with a letter or digit, at most 128 characters",
+                            )
+                        ],
+                    ),
+                ),
+                ("description", models.TextField(blank=True)),
+                ("backend", models.CharField(blank=True, max_length=64)),
+                ("platform", models.CharField(blank=True, max_length=64)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "active_version",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="registry.modelversion",
+                    ),
+                ),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.AddField(
-            model_name='modelversion',
-            name='model',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='versions', to='registry.registeredmodel'),
+            model_name="modelversion",
+            name="model",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.CASCADE, related_name="versions", to="registry.registeredmodel"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='modelversion',
-            constraint=models.UniqueConstraint(fields=('model', 'number'), name='registry_version_unique_number'),
+            model_name="modelversion",
+            constraint=models.UniqueConstraint(fields=("model", "number"), name="registry_version_unique_number"),
         ),
     ]

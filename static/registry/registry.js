@@ -1,0 +1,440 @@
+/* Registry pages: live model and version states from the REST API, upload with progress, actions, "try it".
+ *
+ * Every page polls its API URL every two seconds, so states change on screen without a reload. Changes go to
+ * the same REST API as scripts use (session cookie + CSRF token from the page's meta tag).
+ */
+(function () {
+  "use strict";
+
+  const POLL_MS = 2000;
+
+  function csrfToken() {
+    const meta = document.querySelector('meta[name="csrf-token"]');
+    return meta ? meta.content : "";
+  }
+
+  /* fetch with JSON in and out; never throws for HTTP errors: {ok, status, data}. */
+  async function api(method, url, body, headers = {}) {
+    const options = { method, credentials: "same-origin", headers: { Accept: "application/json", ...headers } };
+    if (method !== "GET") options.headers["X-CSRFToken"] = csrfToken();
+    if (body !== undefined) {
+      options.headers["Content-Type"] = "application/json";
+      options.body = typeof body === "string" ? body : JSON.stringify(body);
+    }
+    let response;
+    try {
+      response = await fetch(url, options);
+    } catch (error) {
+      return { ok: false, status: 0, data: { detail: `the server cannot be reached (${error.message})` } };
+    }
+    return { ok: response.ok, status: response.status, data: parseBody(await response.text()) };
+  }
+
+  function parseBody(text) {
+    if (!text) return null;
+    try {
+      return JSON.parse(text);
+    } catch (error) {
+      return { detail: text.slice(0, 500) };
+    }
+  }
+
+  /* The message of a DRF error body: {"detail": ...} or {"field": ["..."]}. */
+  function problem(result) {
+    const data = result.data;
+    if (!data) return `HTTP ${result.status}`;
+    if (typeof data.detail === "string") return data.detail;
+    if (typeof data.error === "string") return data.error;
+    return Object.entries(data)
+      .map(([field, messages]) => `${field}: ${[].concat(messages).join(" ")}`)
+      .join("\n");
+  }
+
+  /* A DOM element with text children only (data never becomes markup). */
+  function el(tag, props = {}, ...children) {
+    const node = document.createElement(tag);
+    for (const [key, value] of Object.entries(props)) {
+      if (key === "dataset") Object.assign(node.dataset, value);
+      else if (key === "className") node.className = value;
+      else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+      else node.setAttribute(key, value);
+    }
+    for (const child of children) {
+      if (child !== null && child !== undefined) node.append(child instanceof Node ? child : String(child));
+    }
+    return node;
+  }
+
+  function setState(node, state) {
+    node.textContent = state || "–";
+    node.className = `state${state ? " state-" + state.toLowerCase() : ""}`;
+  }
+
+  function notice(node, ok, text) {
+    node.hidden = false;
+    node.className = `notice ${ok ? "ok" : "bad"}`;
+    node.textContent = text;
+  }
+
+  function humanSize(bytes) {
+    const units = ["B", "KB", "MB", "GB"];
+    let value = bytes;
+    let unit = 0;
+    while (value >= 1024 && unit < units.length - 1) {
+      value /= 1024;
+      unit += 1;
+    }
+    return `${value < 10 && unit ? value.toFixed(1) : Math.round(value)} ${units[unit]}`;
+  }
+
+  function shown(value) {
+    return value === null || value === undefined ? "–" : String(value);
+  }
+
+  /* Run `task` now and every `ms` after it finishes (never two at once). */
+  function every(ms, task) {
+    let stopped = false;
+    async function tick() {
+      if (stopped) return;
+      try {
+        await task();
+      } finally {
+        if (!stopped) setTimeout(tick, ms);
+      }
+    }
+    tick();
+    return () => {
+      stopped = true;
+    };
+  }
+
+  // ---- the models list
+
+  function initModelList(root) {
+    const rows = root.querySelector("#model-rows");
+    const status = root.querySelector("#list-status");
+
+    function rowFor(model) {
+      const existing = rows.querySelector(`tr[data-model="${CSS.escape(model.name)}"]`);
+      if (existing) return existing;
+      const empty = rows.querySelector("tr.empty");
+      if (empty) empty.remove();
+      const row = el(
+        "tr",
+        { dataset: { model: model.name } },
+        el("td", {}, el("a", { href: `/models/${encodeURIComponent(model.name)}/` }, model.name)),
+        el("td", {}, el("span", { className: "state", dataset: { field: "state" } })),
+        el("td", { dataset: { field: "active_version" } }),
+        el("td", { dataset: { field: "serving_version" } }),
+        el("td", { dataset: { field: "version_count" } }),
+        el("td", {}, el("span", { dataset: { liveModel: model.name, liveField: "inferences_per_s" } }, "–")),
+        el("td", {}, model.platform || model.backend),
+        el("td", {}, model.description),
+      );
+      rows.append(row);
+      return row;
+    }
+
+    async function refresh() {
+      const result = await api("GET", root.dataset.api);
+      if (!result.ok) {
+        status.textContent = `Cannot refresh: ${problem(result)}`;
+        return;
+      }
+      status.textContent = "";
+      for (const model of result.data) {
+        const row = rowFor(model);
+        setState(row.querySelector('[data-field="state"]'), model.state);
+        for (const field of ["active_version", "serving_version", "version_count"]) {
+          row.querySelector(`[data-field="${field}"]`).textContent = shown(model[field]);
+        }
+      }
+    }
+
+    const form = root.querySelector("#register-form");
+    if (form) {
+      form.addEventListener("submit", async (event) => {
+        event.preventDefault();
+        const name = form.querySelector("#register-name").value.trim();
+        const description = form.querySelector("#register-description").value;
+        const result = await api("POST", root.dataset.api, { name, description });
+        if (result.ok) window.location.assign(`/models/${encodeURIComponent(name)}/`);
+        else notice(form.querySelector("#register-result"), false, problem(result));
+      });
+    }
+    every(POLL_MS, refresh);
+  }
+
+  // ---- one model's page
+
+  function initModelDetail(root) {
+    const name = root.dataset.model;
+    const base = root.dataset.api;
+    const canManage = root.dataset.canManage === "true";
+    const rows = root.querySelector("#version-rows");
+    const actionResult = root.querySelector("#action-result");
+    let shownConfigFor = null;
+    let stop = null;
+
+    async function refresh() {
+      const result = await api("GET", base);
+      if (result.status === 404) {
+        notice(actionResult, false, `Model '${name}' is no longer registered.`);
+        if (stop) stop();
+        return;
+      }
+      if (!result.ok) {
+        notice(actionResult, false, `Cannot refresh: ${problem(result)}`);
+        return;
+      }
+      const model = result.data;
+      setState(root.querySelector("#model-state"), model.state);
+      root.querySelector("#active-version").textContent = shown(model.active_version);
+      root.querySelector("#serving-version").textContent = shown(model.serving_version);
+      rows.replaceChildren(...model.versions.map(versionRow));
+      if (!model.versions.length) rows.append(el("tr", {}, el("td", { colspan: 9, className: "muted" }, "No versions yet.")));
+      tryIt.versions(model.versions.filter((v) => v.is_loaded).map((v) => v.number));
+      if (model.active_version !== shownConfigFor) showConfig(model.active_version);
+      if (model.serving_version !== null) tryIt.ready();
+    }
+
+    async function showConfig(number) {
+      shownConfigFor = number;
+      const target = root.querySelector("#effective-config");
+      root.querySelector("#config-version").textContent = number === null ? "" : `(version ${number})`;
+      if (number === null) {
+        target.textContent = "–";
+        return;
+      }
+      const result = await api("GET", `${base}versions/${number}/`);
+      target.textContent = result.ok ? JSON.stringify(result.data.config, null, 2) : problem(result);
+    }
+
+    function versionRow(version) {
+      const stateCell = el("td", {}, el("span", { className: `state state-${version.state.toLowerCase()}` }, version.state));
+      if (version.error) stateCell.append(el("div", { className: "error-text" }, version.error));
+      const loaded = version.is_serving ? "serving" : version.is_loaded ? "loaded" : "";
+      const row = el(
+        "tr",
+        { dataset: { version: version.number, state: version.state }, className: version.is_active ? "active-row" : "" },
+        el("td", {}, version.number),
+        stateCell,
+        el("td", {}, version.is_active ? "★ active" : ""),
+        el("td", {}, loaded),
+        el("td", {}, `${version.uploaded_by || "–"}, ${new Date(version.uploaded_at).toLocaleString()}`),
+        el("td", {}, humanSize(version.size)),
+        el("td", { title: version.sha256 }, el("code", {}, version.sha256.slice(0, 12))),
+        el("td", {}, version.notes),
+        el("td", { className: "actions" }, ...(canManage ? actionButtons(version) : [])),
+      );
+      return row;
+    }
+
+    function actionButtons(version) {
+      const buttons = [];
+      const n = version.number;
+      if (version.state === "READY" && !version.is_active) {
+        buttons.push(actionButton("Activate", "activate", n, `Activate version ${n} of '${name}'? It takes every request that names no version.`));
+      }
+      if (version.state === "FAILED" || version.state === "UNLOADED" || !version.should_load) {
+        const label = version.state === "FAILED" ? "Retry load" : "Load";
+        buttons.push(actionButton(label, "load", n, `Load version ${n} of '${name}'?`));
+      }
+      if (version.should_load && !version.is_active && version.state !== "FAILED") {
+        buttons.push(actionButton("Unload", "unload", n, `Unload version ${n} of '${name}'? Requests that name it will fail.`, "secondary"));
+      }
+      if (!version.is_active) {
+        buttons.push(actionButton("Delete", "delete", n, `Delete version ${n} of '${name}' and its files? This cannot be undone.`, "danger"));
+      }
+      return buttons;
+    }
+
+    function actionButton(label, action, number, question, kind = "") {
+      return el(
+        "button",
+        {
+          type: "button",
+          className: kind,
+          dataset: { action, version: number },
+          onclick: async (event) => {
+            if (!window.confirm(question)) return;
+            event.target.disabled = true;
+            const url = action === "delete" ? `${base}versions/${number}/` : `${base}versions/${number}/${action}`;
+            const result = await api(action === "delete" ? "DELETE" : "POST", url);
+            const done = { activate: "activated", load: "asked to load", unload: "asked to unload", delete: "deleted" }[action];
+            notice(actionResult, result.ok, result.ok ? `Version ${number} ${done}.` : problem(result));
+            await refresh();
+          },
+        },
+        label,
+      );
+    }
+
+    const tryIt = initTryIt(root, name);
+    initUpload(root, base, () => refresh());
+    stop = every(POLL_MS, refresh);
+  }
+
+  // ---- upload: drag and drop or choose, then an XMLHttpRequest for its progress events
+
+  function initUpload(root, base, onDone) {
+    const form = root.querySelector("#upload-form");
+    if (!form) return;
+    const zone = form.querySelector("#dropzone");
+    const input = form.querySelector("#upload-file");
+    const chosenLabel = form.querySelector("#chosen-file");
+    const progress = form.querySelector("#upload-progress");
+    const result = form.querySelector("#upload-result");
+    const button = form.querySelector("#upload-button");
+    const maxBytes = Number(root.dataset.maxUpload);
+    let chosen = null;
+
+    function choose(file) {
+      chosen = file || null;
+      chosenLabel.textContent = chosen ? `${chosen.name} (${humanSize(chosen.size)})` : "No file chosen.";
+    }
+    input.addEventListener("change", () => choose(input.files[0]));
+    zone.addEventListener("dragover", (event) => {
+      event.preventDefault();
+      zone.classList.add("over");
+    });
+    zone.addEventListener("dragleave", () => zone.classList.remove("over"));
+    zone.addEventListener("drop", (event) => {
+      event.preventDefault();
+      zone.classList.remove("over");
+      if (event.dataTransfer.files.length) choose(event.dataTransfer.files[0]);
+    });
+
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      if (!chosen) {
+        notice(result, false, "Choose or drop a model file first.");
+        return;
+      }
+      if (chosen.size > maxBytes) {
+        notice(result, false, `${chosen.name} is ${humanSize(chosen.size)}, over the upload limit of ${humanSize(maxBytes)}.`);
+        return;
+      }
+      const data = new FormData();
+      data.append("file", chosen, chosen.name);
+      const config = form.querySelector("#upload-config").files[0];
+      if (config) data.append("config", config, config.name);
+      data.append("notes", form.querySelector("#upload-notes").value);
+      data.append("activate", form.querySelector("#upload-activate").checked ? "true" : "false");
+
+      const request = new XMLHttpRequest();
+      request.open("POST", `${base}versions/`);
+      request.setRequestHeader("X-CSRFToken", csrfToken());
+      request.setRequestHeader("Accept", "application/json");
+      request.upload.addEventListener("progress", (progressEvent) => {
+        if (progressEvent.lengthComputable) progress.value = (100 * progressEvent.loaded) / progressEvent.total;
+      });
+      request.addEventListener("load", () => {
+        button.disabled = false;
+        progress.value = 100;
+        const answer = { ok: request.status < 300, status: request.status, data: parseBody(request.responseText) };
+        if (answer.ok) {
+          notice(result, true, `Version ${answer.data.number} uploaded and checked; it is loading now.`);
+          form.reset();
+          choose(null);
+        } else {
+          notice(result, false, problem(answer));
+        }
+        onDone();
+      });
+      request.addEventListener("error", () => {
+        button.disabled = false;
+        notice(result, false, "The upload did not reach the server.");
+      });
+      button.disabled = true;
+      progress.hidden = false;
+      progress.value = 0;
+      result.hidden = true;
+      request.send(data);
+    });
+  }
+
+  // ---- "try it": a v2 request built from the model's metadata
+
+  const ZERO = { BYTES: "0", BOOL: false };
+
+  function initTryIt(root, name) {
+    const form = root.querySelector("#try-form");
+    const body = form.querySelector("#try-body");
+    const versionSelect = form.querySelector("#try-version");
+    const token = form.querySelector("#try-token");
+    const status = root.querySelector("#try-status");
+    const answer = root.querySelector("#try-answer");
+    let built = false;
+
+    function modelUrl() {
+      const version = versionSelect.value;
+      return `/v2/models/${encodeURIComponent(name)}${version ? `/versions/${version}` : ""}`;
+    }
+
+    function headers() {
+      return token.value ? { Authorization: `Bearer ${token.value}` } : {};
+    }
+
+    async function build() {
+      const result = await api("GET", modelUrl(), undefined, headers());
+      if (!result.ok) {
+        status.textContent = `Metadata: ${problem(result)}`;
+        return false;
+      }
+      const inputs = result.data.inputs.map((tensor) => {
+        const shape = tensor.shape.map((d) => (d < 0 ? 1 : d));
+        const count = shape.reduce((a, b) => a * b, 1);
+        const zero = tensor.datatype in ZERO ? ZERO[tensor.datatype] : 0;
+        return { name: tensor.name, shape, datatype: tensor.datatype, data: new Array(count).fill(zero) };
+      });
+      body.value = JSON.stringify({ inputs }, null, 1);
+      status.textContent = `Built from the metadata of ${result.data.name} (versions ${result.data.versions.join(", ")}).`;
+      return true;
+    }
+
+    async function send() {
+      const started = performance.now();
+      const result = await api("POST", `${modelUrl()}/infer`, body.value, headers());
+      const millis = (performance.now() - started).toFixed(1);
+      answer.hidden = false;
+      answer.textContent = JSON.stringify(result.data, null, 2);
+      const version = result.data && result.data.model_version ? ` · model_version ${result.data.model_version}` : "";
+      status.textContent = `HTTP ${result.status}${version} · ${millis} ms`;
+      status.dataset.modelVersion = (result.data && result.data.model_version) || "";
+    }
+
+    form.querySelector("#try-build").addEventListener("click", build);
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      if (!body.value.trim() && !(await build())) return;
+      await send();
+    });
+
+    return {
+      versions(numbers) {
+        const current = versionSelect.value;
+        const wanted = ["", ...numbers.map(String)];
+        const have = [...versionSelect.options].map((option) => option.value);
+        if (wanted.join() === have.join()) return;
+        versionSelect.replaceChildren(...wanted.map((v) => el("option", { value: v }, v || "active")));
+        versionSelect.value = wanted.includes(current) ? current : "";
+      },
+      async ready() {
+        if (built) return;
+        built = true;
+        if (!body.value.trim()) built = await build();
+      },
+    };
+  }
+
+  function start() {
+    const list = document.querySelector('[data-page="model-list"]');
+    if (list) initModelList(list);
+    const detail = document.querySelector('[data-page="model-detail"]');
+    if (detail) initModelDetail(detail);
+  }
+
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
+  else start();
+})();

@@ -1,0 +1,128 @@
+"""Registry test cast: a store per test, one user per role with API clients, and small real model files."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.files.uploadedfile import SimpleUploadedFile
+from rest_framework.test import APIClient
+
+from console.accounts.roles import Role, set_role
+from tests.engine.model_factory import make_mlp_onnx, make_simple_onnx, simple_config, to_pbtxt
+
+PASSWORD = "a-long-test-password-9"
+
+
+def make_user(username: str, role: Role):
+    user = get_user_model().objects.create_user(username, password=PASSWORD)
+    set_role(user, role)
+    return user
+
+
+@pytest.fixture(autouse=True)
+def store(settings, tmp_path: Path) -> Path:
+    """Every test gets an empty model store."""
+    path = tmp_path / "store"
+    path.mkdir()
+    settings.INFERA_MODEL_STORE = path
+    return path
+
+
+@pytest.fixture
+def admin(db):
+    return make_user("ada", Role.ADMIN)
+
+
+@pytest.fixture
+def operator(db):
+    return make_user("otto", Role.OPERATOR)
+
+
+@pytest.fixture
+def viewer(db):
+    return make_user("vera", Role.VIEWER)
+
+
+def client_for(user) -> APIClient:
+    client = APIClient()
+    client.force_authenticate(user)
+    return client
+
+
+@pytest.fixture
+def as_operator(operator) -> APIClient:
+    return client_for(operator)
+
+
+@pytest.fixture
+def as_admin(admin) -> APIClient:
+    return client_for(admin)
+
+
+@pytest.fixture
+def as_viewer(viewer) -> APIClient:
+    return client_for(viewer)
+
+
+# ---- model files, built once per session
+
+
+@pytest.fixture(scope="session")
+def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("factory")
+
+
+@pytest.fixture(scope="session")
+def simple_onnx(models_dir: Path) -> bytes:
+    """Triton's `simple` (INT32 add/sub on [-1, 16]) as ONNX bytes."""
+    return (make_simple_onnx(models_dir, "simple") / "1" / "model.onnx").read_bytes()
+
+
+@pytest.fixture(scope="session")
+def mlp_onnx(models_dir: Path) -> bytes:
+    """A small FP32 MLP (INPUT0 [4] -> OUTPUT0 [3]) as ONNX bytes."""
+    return (make_mlp_onnx(models_dir, "mlp", sizes=(4, 8, 3)) / "1" / "model.onnx").read_bytes()
+
+
+SIMPLE_PBTXT = to_pbtxt(simple_config("simple")) + "dynamic_batching { }\n"
+
+
+def model_file(content: bytes, name: str = "model.onnx") -> SimpleUploadedFile:
+    return SimpleUploadedFile(name, content, content_type="application/octet-stream")
+
+
+def zip_of(members: dict[str, bytes], links: dict[str, str] | None = None) -> bytes:
+    """A zip with these files, and `links` (name -> target) stored as symbolic links."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as bundle:
+        for name, data in members.items():
+            bundle.writestr(name, data)
+        for name, target in (links or {}).items():
+            info = zipfile.ZipInfo(name)
+            info.external_attr = (0o120777 << 16) | 0
+            bundle.writestr(info, target)
+    return buffer.getvalue()
+
+
+def tar_gz_of(members: dict[str, bytes], links: dict[str, str] | None = None) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as bundle:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            bundle.addfile(info, io.BytesIO(data))
+        for name, target in (links or {}).items():
+            info = tarfile.TarInfo(name)
+            info.type = tarfile.SYMTYPE
+            info.linkname = target
+            bundle.addfile(info)
+    return buffer.getvalue()
+
+
+def upload(client: APIClient, name: str, file: SimpleUploadedFile, **fields):
+    return client.post(f"/api/models/{name}/versions/", {"file": file, **fields}, format="multipart")

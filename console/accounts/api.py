@@ -32,6 +32,7 @@ from console.accounts.tokens import TokenAuthentication, issue_token
 from console.accounts.user_admin import AccountRuleError, change_role, create_user, delete_user, set_active
 
 
+@extend_schema(tags=["accounts"])
 class AccountsApi(GenericAPIView):
     """Common policy: tokens or sessions, throttled per token."""
 
@@ -52,10 +53,9 @@ class UserListApi(AccountsApi):
     def get_queryset(self) -> Any:
         return get_user_model().objects.order_by("username")
 
+    @extend_schema(operation_id="users_list", responses=UserSerializer(many=True))
     def get(self, request: Request) -> Response:
-        page = self.paginate_queryset(self.get_queryset())
-        users = page if page is not None else self.get_queryset()
-        return Response(UserSerializer(users, many=True).data)
+        return Response(UserSerializer(self.get_queryset(), many=True).data)
 
     @extend_schema(request=UserCreateSerializer, responses={201: UserCreatedSerializer})
     def post(self, request: Request) -> Response:
@@ -115,6 +115,7 @@ class TokenListApi(AccountsApi):
     def get_queryset(self) -> Any:
         return ApiToken.objects.filter(user=self.request.user)
 
+    @extend_schema(operation_id="tokens_list", responses=TokenSerializer(many=True))
     def get(self, request: Request) -> Response:
         return Response(TokenSerializer(self.get_queryset(), many=True).data)
 

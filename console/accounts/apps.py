@@ -15,7 +15,8 @@ class AccountsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from console.accounts import login_throttle, signals  # noqa: F401  (login_throttle: signal receivers)
+        # login_throttle holds signal receivers, schema an OpenAPI extension: importing them registers them
+        from console.accounts import login_throttle, schema, signals  # noqa: F401
 
         # no sender: the groups must also pick up permissions of apps migrated after this one
         post_migrate.connect(signals.ensure_groups_after_migrate, dispatch_uid="accounts.ensure_groups")

@@ -218,6 +218,7 @@ def _store_version(
         if first or activate:
             AuditEvent.record(actor, "version.activate", version.label, previous=previous)
         notify_changed(model.name)
+    version.model = model
     return version
 
 

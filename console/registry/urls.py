@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
-from django.urls import path, re_path
+from django.urls import URLPattern, path
+from rest_framework.views import APIView
 
 from console.registry import api, views
 from console.registry.docs import LocalSwaggerView
 
-VERSION = r"^api/models/(?P<name>[^/]+)/versions/(?P<number>[^/]+)"
+VERSION = "api/models/<str:name>/versions/<str:number>"
+
+
+def action_paths(action: str, view: type[APIView]) -> list[URLPattern]:
+    """`.../{n}/<action>` as the API documents it, and with a trailing slash too (a POST cannot be redirected)."""
+    undocumented = type(f"{view.__name__}WithSlash", (view,), {"schema": None})
+    return [
+        path(f"{VERSION}/{action}", view.as_view(), name=f"api-version-{action}"),
+        path(f"{VERSION}/{action}/", undocumented.as_view()),
+    ]
+
 
 urlpatterns = [
     path("models/", views.model_list, name="registry-models"),
@@ -18,9 +29,8 @@ urlpatterns = [
     path("api/models/<str:name>/", api.ModelDetailView.as_view(), name="api-model"),
     path("api/models/<str:name>/versions/", api.VersionListView.as_view(), name="api-versions"),
     path("api/models/<str:name>/versions/<str:number>/", api.VersionDetailView.as_view(), name="api-version"),
-    # the actions are listed without a trailing slash; both spellings answer, since a POST cannot be redirected
-    re_path(rf"{VERSION}/activate/?$", api.VersionActivateView.as_view(), name="api-version-activate"),
-    re_path(rf"{VERSION}/load/?$", api.VersionLoadView.as_view(), name="api-version-load"),
-    re_path(rf"{VERSION}/unload/?$", api.VersionUnloadView.as_view(), name="api-version-unload"),
+    *action_paths("activate", api.VersionActivateView),
+    *action_paths("load", api.VersionLoadView),
+    *action_paths("unload", api.VersionUnloadView),
     path("api/audit/", api.AuditListView.as_view(), name="api-audit"),
 ]

@@ -1,0 +1,134 @@
+"""The reconciler converges a real in-process engine on the database's desired state."""
+
+from __future__ import annotations
+
+import pytest
+from asgiref.sync import sync_to_async
+
+from console.registry import services
+from console.registry.reconciler import reconcile_once, start_reconciler, stop_reconciler
+from engine.server import InferenceServer
+from tests.console.registry.engine_helpers import add, change, eventually, infer, register, served_version, states
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+async def engine(store):
+    server = InferenceServer(store)
+    await server.start(load_models=False)
+    yield server
+    await stop_reconciler(server)
+    await server.stop()
+
+
+async def test_it_loads_what_should_serve_and_marks_it_ready(engine, operator, simple_onnx):
+    await register(operator, "simple", [simple_onnx])
+    assert await states("simple") == {1: ("PENDING", "")}
+    await reconcile_once(engine)
+    assert await states("simple") == {1: ("READY", "")}
+    assert (await infer(engine)).model_version == 1
+
+
+async def test_it_switches_the_served_version_on_activation_and_back(engine, operator, simple_onnx):
+    await register(operator, "simple", [simple_onnx, simple_onnx])
+    await reconcile_once(engine)
+    assert served_version(engine) == 1
+    assert (await infer(engine, version=2)).model_version == 2  # both versions load
+
+    await change(services.activate, operator, "simple", 2)
+    await reconcile_once(engine)
+    assert served_version(engine) == 2
+    assert (await infer(engine)).model_version == 2
+
+    await change(services.activate, operator, "simple", 1)
+    await reconcile_once(engine)
+    assert (await infer(engine)).model_version == 1
+
+
+async def test_it_unloads_a_version_nobody_wants(engine, operator, simple_onnx):
+    await register(operator, "simple", [simple_onnx, simple_onnx])
+    await reconcile_once(engine)
+    await change(services.unload_version, operator, "simple", 2)
+    await reconcile_once(engine)
+    assert await states("simple") == {1: ("READY", ""), 2: ("UNLOADED", "")}
+    assert engine.model_ready("simple", 1)
+    assert not engine.model_ready("simple", 2)
+
+    await change(services.load_version, operator, "simple", 2)
+    await reconcile_once(engine)
+    assert engine.model_ready("simple", 2)
+    assert served_version(engine) == 1
+
+
+async def test_a_version_that_fails_in_the_engine_is_failed_and_the_active_one_keeps_serving(
+    engine, operator, simple_onnx, store
+):
+    await register(operator, "simple", [simple_onnx])
+    await reconcile_once(engine)
+    assert await add(operator, "simple", simple_onnx, activate=True) == 2
+    (store / "simple" / "2" / "model.onnx").write_bytes(b"damaged after its trial load")
+    await reconcile_once(engine)
+
+    found = await states("simple")
+    assert found[1] == ("READY", "")
+    assert found[2][0] == "FAILED"
+    assert "not a readable ONNX model" in found[2][1] or "onnxruntime could not load" in found[2][1]
+    assert served_version(engine) == 1
+    assert (await infer(engine)).model_version == 1
+
+    await reconcile_once(engine)  # a FAILED version is not retried by itself
+    assert (await states("simple"))[2][0] == "FAILED"
+
+
+async def test_it_unloads_a_deleted_model(engine, operator, simple_onnx):
+    await register(operator, "simple", [simple_onnx])
+    await reconcile_once(engine)
+    await sync_to_async(services.delete_model)(operator, await sync_to_async(services.get_model)("simple"))
+    await reconcile_once(engine)
+    assert not engine.model_ready("simple")
+
+
+async def test_a_restart_comes_back_serving_the_same_active_versions(engine, operator, simple_onnx, store):
+    await register(operator, "simple", [simple_onnx, simple_onnx, simple_onnx])
+    await register(operator, "other", [simple_onnx, simple_onnx])
+    await reconcile_once(engine)
+    await change(services.activate, operator, "simple", 2)
+    await change(services.unload_version, operator, "simple", 3)
+    await reconcile_once(engine)
+    before = {name: served_version(engine, name) for name in ("simple", "other")}
+    assert before == {"simple": 2, "other": 1}
+    await engine.stop()
+
+    restarted = InferenceServer(store)
+    await restarted.start(load_models=False)
+    try:
+        await reconcile_once(restarted)
+        assert {name: served_version(restarted, name) for name in ("simple", "other")} == before
+        assert restarted.model_ready("simple", 1) and not restarted.model_ready("simple", 3)
+        assert (await infer(restarted, "simple")).model_version == 2
+    finally:
+        await restarted.stop()
+
+
+async def test_it_converges_from_what_start_up_loaded_from_the_store(operator, simple_onnx, store):
+    await register(operator, "simple", [simple_onnx, simple_onnx])
+    await change(services.unload_version, operator, "simple", 2)
+    server = InferenceServer(store)
+    await server.start(load_models=True)  # the store's version policy serves the latest: version 2
+    try:
+        await reconcile_once(server)
+        assert served_version(server) == 1
+        assert not server.model_ready("simple", 2)
+    finally:
+        await server.stop()
+
+
+async def test_the_loop_follows_a_change_message_without_waiting_for_its_period(engine, operator, simple_onnx):
+    await register(operator, "simple", [simple_onnx, simple_onnx])
+    start_reconciler(engine, period=3600)  # only the first pass and the message can act
+    await eventually(lambda: engine.model_ready("simple", 2))
+    assert served_version(engine) == 1
+    await change(services.activate, operator, "simple", 2)
+    await eventually(lambda: served_version(engine) == 2)
+    assert (await infer(engine)).model_version == 2

@@ -1,34 +1,58 @@
-"""The asyncio side of scheduling: queue requests in the batcher, hand batches to free instances, answer callers."""
+"""The asyncio side of scheduling: queue requests in batchers, hand batches to free instances, answer callers."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
 import time
+from collections import deque
+from dataclasses import dataclass
 
+from engine.config import ModelConfig
 from engine.errors import BackendError, InferaError, Unavailable
 from engine.instances import ModelInstance
 from engine.schedulers.batcher import Batch, DynamicBatcher, PendingRequest, shape_key
+from engine.schedulers.sequence import SequenceRouter
 from engine.stats import ModelStats
 from engine.types import InferenceRequest, InferenceResponse
 
 
+@dataclass(slots=True)
+class Lane:
+    """A batcher and the instances that take its batches (all of them, or one per lane for sequences)."""
+
+    batcher: DynamicBatcher
+    idle: list[ModelInstance]
+
+
+@dataclass(slots=True, eq=False)
+class Flight:
+    """A dispatched batch; with preserve_ordering its answers wait for every earlier batch."""
+
+    batch: Batch
+    start_ns: int
+    result: asyncio.Future | None = None
+    done: bool = False
+
+
 class Dispatcher:
-    """Drives one model version's batcher: wakes on arrivals, free instances and delay deadlines."""
+    """Drives one model version's batchers: wakes on arrivals, free instances and delay deadlines."""
 
     def __init__(
-        self,
-        name: str,
-        version: int,
-        batcher: DynamicBatcher,
-        instances: list[ModelInstance],
-        stats: ModelStats,
+        self, name: str, version: int, config: ModelConfig, instances: list[ModelInstance], stats: ModelStats
     ) -> None:
         self.name = name
         self.version = version
-        self.batcher = batcher
-        self.idle: list[ModelInstance] = list(instances)
         self.stats = stats
+        if config.sequence_batching is not None:
+            self.lanes = [Lane(DynamicBatcher(config), [instance]) for instance in instances]
+            self.router: SequenceRouter | None = SequenceRouter(config, len(self.lanes))
+        else:
+            self.lanes = [Lane(DynamicBatcher(config), list(instances))]
+            self.router = None
+        db = config.dynamic_batching
+        self.preserve_ordering = bool(db and db.preserve_ordering and len(instances) > 1)
+        self._flights: deque[Flight] = deque()
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._running: set[asyncio.Future] = set()
@@ -36,21 +60,26 @@ class Dispatcher:
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"dispatch-{self.name}-{self.version}")
 
+    @property
+    def queued(self) -> int:
+        return sum(len(lane.batcher) for lane in self.lanes)
+
     async def submit(self, request: InferenceRequest) -> InferenceResponse:
         """Queue a validated request and wait for its outputs; raises Unavailable when the queue is full."""
         loop = asyncio.get_running_loop()
         now = time.monotonic_ns()
+        lane = self.lanes[self.router.route(request, now)] if self.router else self.lanes[0]
         pending = PendingRequest(
             request=request,
             future=loop.create_future(),
             enqueue_ns=now,
-            shape_key=shape_key(request, self.batcher.batching),
+            shape_key=shape_key(request, lane.batcher.batching),
         )
-        self.batcher.add(pending, now)
-        self.stats.pending = len(self.batcher)
-        if self.idle:
+        lane.batcher.add(pending, now)
+        self.stats.pending = self.queued
+        if lane.idle:
             # an idle instance takes the batch now, without a hop through the dispatcher task
-            self._dispatch(now)
+            self._dispatch(lane, now)
         else:
             self._wake.set()
         try:
@@ -61,63 +90,80 @@ class Dispatcher:
         return InferenceResponse(model_name=self.name, model_version=self.version, outputs=outputs, id=request.id)
 
     async def _run(self) -> None:
-        batcher = self.batcher
         while True:
             self._wake.clear()
-            self._dispatch(time.monotonic_ns())
-            deadline = batcher.next_deadline() if self.idle and len(batcher) else None
-            if deadline is None:
+            now = time.monotonic_ns()
+            deadlines = []
+            for lane in self.lanes:
+                self._dispatch(lane, now)
+                if lane.idle and len(lane.batcher):
+                    deadline = lane.batcher.next_deadline()
+                    if deadline is not None:
+                        deadlines.append(deadline)
+            if not deadlines:
                 await self._wake.wait()
-            else:
-                timeout = max(deadline - time.monotonic_ns(), 0) / 1e9
-                try:
-                    await asyncio.wait_for(self._wake.wait(), timeout)
-                except TimeoutError:
-                    pass
+                continue
+            timeout = max(min(deadlines) - time.monotonic_ns(), 0) / 1e9
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            except TimeoutError:
+                pass
 
-    def _dispatch(self, now: int) -> None:
+    def _dispatch(self, lane: Lane, now: int) -> None:
         """Expire timed-out requests, then hand batches to idle instances while the batcher releases them."""
-        for p in self.batcher.expire(now):
+        for p in lane.batcher.expire(now):
             self._answer_timeout(p)
-        while self.idle:
-            batch = self.batcher.next_batch(now)
+        while lane.idle:
+            batch = lane.batcher.next_batch(now)
             if batch is None:
                 return
-            instance = self.idle.pop()
+            instance = lane.idle.pop()
             requests = batch.requests
-            self.stats.pending = len(self.batcher)
+            self.stats.pending = self.queued
+            flight = Flight(batch, time.monotonic_ns())
+            if self.preserve_ordering:
+                self._flights.append(flight)
             future = instance.execute([p.request.inputs for p in requests], [p.batch_size for p in requests])
             self._running.add(future)
-            future.add_done_callback(functools.partial(self._finish, instance, batch, time.monotonic_ns()))
+            future.add_done_callback(functools.partial(self._finish, lane, instance, flight))
 
-    def _finish(self, instance: ModelInstance, batch: Batch, start: int, future: asyncio.Future) -> None:
-        """Answer every request of a finished batch; a failed batch fails only its own requests."""
+    def _finish(self, lane: Lane, instance: ModelInstance, flight: Flight, future: asyncio.Future) -> None:
         self._running.discard(future)
-        requests = batch.requests
+        flight.result = future
+        flight.done = True
+        lane.idle.append(instance)
+        if self.preserve_ordering:
+            while self._flights and self._flights[0].done:
+                self._answer(self._flights.popleft())
+        else:
+            self._answer(flight)
+        if len(lane.batcher):
+            self._wake.set()
+
+    def _answer(self, flight: Flight) -> None:
+        """Resolve every request of a finished batch; a failed batch fails only its own requests."""
+        future = flight.result
+        requests = flight.batch.requests
         exc = future.exception() if not future.cancelled() else Unavailable(f"model '{self.name}' stopped")
         if exc is not None:
             error = exc if isinstance(exc, InferaError) else BackendError(f"model '{self.name}' failed: {exc}")
             for p in requests:
                 if not p.future.done():
                     p.future.set_exception(error)
-        else:
-            outputs, times = future.result()
-            done = time.monotonic_ns()
-            self.stats.record_batch(batch.size, times, len(requests))
-            for p, out in zip(requests, outputs, strict=True):
-                if not p.future.done():
-                    p.future.set_result(out)
-                    self.stats.record_success(done - p.enqueue_ns, start - p.enqueue_ns, done)
-        self.idle.append(instance)
-        if len(self.batcher):
-            self._wake.set()
+            return
+        outputs, times = future.result()
+        done = time.monotonic_ns()
+        self.stats.record_batch(flight.batch.size, times, len(requests))
+        for p, out in zip(requests, outputs, strict=True):
+            if not p.future.done():
+                p.future.set_result(out)
+                self.stats.record_success(done - p.enqueue_ns, flight.start_ns - p.enqueue_ns, done)
 
     def _answer_timeout(self, pending: PendingRequest) -> None:
-        self.stats.pending = len(self.batcher)
+        self.stats.pending = self.queued
         if not pending.future.done():
-            pending.future.set_exception(
-                Unavailable(f"inference request for model '{self.name}' timed out in the queue")
-            )
+            message = f"inference request for model '{self.name}' timed out in the queue"
+            pending.future.set_exception(Unavailable(message))
 
     async def stop(self) -> None:
         """Stop taking batches, wait for running ones, fail whatever is still queued."""
@@ -130,6 +176,8 @@ class Dispatcher:
             self._task = None
         if self._running:
             await asyncio.wait(list(self._running))
-        for p in self.batcher.expire(time.monotonic_ns() + 10**18) + self.batcher._candidates():
-            if not p.future.done():
-                p.future.set_exception(Unavailable(f"model '{self.name}' version {self.version} is unloading"))
+        for lane in self.lanes:
+            batcher = lane.batcher
+            for p in batcher.expire(time.monotonic_ns() + 10**18) + batcher._candidates():
+                if not p.future.done():
+                    p.future.set_exception(Unavailable(f"model '{self.name}' version {self.version} is unloading"))

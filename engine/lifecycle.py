@@ -16,7 +16,6 @@ from engine.datatypes import config_to_wire, numpy_dtype
 from engine.dispatch import Dispatcher
 from engine.errors import LoadError, ModelNotFound, Unavailable
 from engine.instances import ModelInstance
-from engine.schedulers.batcher import DynamicBatcher
 from engine.stats import ModelStats
 from engine.types import InferenceRequest, InferenceResponse
 
@@ -101,7 +100,7 @@ class ServedVersion:
         except BaseException:
             await self._release()
             raise
-        self.dispatcher = Dispatcher(self.name, self.version, DynamicBatcher(self.config), self.instances, self.stats)
+        self.dispatcher = Dispatcher(self.name, self.version, self.config, self.instances, self.stats)
         self.dispatcher.start()
         self.state = ModelState.READY
 

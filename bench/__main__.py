@@ -49,6 +49,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--mlserver-workers", type=int, default=1, help="MLServer parallel_workers (default 1, its own)"
     )
+    parser.add_argument("--queue-delay-us", type=int, default=None, help="the MLPs' max_queue_delay_microseconds")
     parser.add_argument("--engine-model", default="mlp_medium", help="model of the in-process engine run")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
@@ -149,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as error:  # reported as not available in the MLServer rows
             print(f"  MLServer setup failed: {error}", flush=True)
     started = time.monotonic()
-    repository = write_repository(RESULTS / "repository").resolve()
+    repository = write_repository(RESULTS / "repository", queue_delay_us=args.queue_delay_us).resolve()
     workdir = Path(tempfile.mkdtemp(prefix="infera-bench-"))
     scripts = WrkScripts()
     results: dict = {
@@ -164,6 +165,9 @@ def main(argv: list[str] | None = None) -> int:
             "encodings": args.encodings,
             "cores": usable_cores(),
             "infera_launch": resolve_mode(args.infera_launch),
+            "queue_delay_us": {name: m.queue_delay_us for name, m in MODELS.items()}
+            if args.queue_delay_us is None
+            else {name: (args.queue_delay_us if m.max_batch_size >= 64 else 0) for name, m in MODELS.items()},
         },
     }
     try:

@@ -14,6 +14,8 @@ try:
 except ImportError:  # pragma: no cover - uvloop comes with uvicorn[standard]
     uvloop = None
 
+CALL_TIMEOUT_S = 10.0  # a request that takes longer is a hang, reported instead of waited for
+
 
 def _counts(stats: dict, model: str) -> tuple[int, int]:
     """(inference_count, execution_count) summed over the model's versions in Triton's statistics format."""
@@ -39,12 +41,15 @@ async def _run_engine(repository: Path, model_name: str, seconds: float, concurr
             return InferenceRequest(model_name=model_name, inputs=dict(inputs), batch_size=1)
 
         for _ in range(50):
-            await server.infer(request())
+            try:
+                await asyncio.wait_for(server.infer(request()), CALL_TIMEOUT_S)
+            except TimeoutError:
+                raise TimeoutError(f"a lone request to {model_name} did not come back in {CALL_TIMEOUT_S} s") from None
 
         # concurrency 1: the engine's overhead per request over one session.run of batch 1
         calls, start = 0, time.perf_counter()
         while time.perf_counter() - start < seconds / 2:
-            await server.infer(request())
+            await asyncio.wait_for(server.infer(request()), CALL_TIMEOUT_S)
             calls += 1
         single_us = (time.perf_counter() - start) / calls * 1e6
 
@@ -55,7 +60,7 @@ async def _run_engine(repository: Path, model_name: str, seconds: float, concurr
         async def caller() -> None:
             nonlocal done
             while time.perf_counter() < deadline:
-                await server.infer(request())
+                await asyncio.wait_for(server.infer(request()), CALL_TIMEOUT_S)
                 done += 1
 
         start = time.perf_counter()

@@ -20,25 +20,48 @@ Switcher = Callable[[int], None]  # activates one version of mlp_small; raises o
 SWITCHES = 10
 
 
-def _post(url: str, body: dict | None, headers: dict[str, str]) -> None:
-    data = json.dumps(body or {}).encode()
-    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json", **headers})
+def _call(url: str, body: dict | None, headers: dict[str, str], method: str = "POST") -> dict:
+    data = json.dumps(body or {}).encode() if method == "POST" else None
+    request = urllib.request.Request(
+        url, data=data, method=method, headers={"Content-Type": "application/json", **headers}
+    )
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
-            response.read()
+            text = response.read()
     except urllib.error.HTTPError as error:
-        raise NotAvailable(f"POST {url} answered {error.code}: {error.read()[:300].decode(errors='replace')}") from None
+        raise NotAvailable(
+            f"{method} {url} answered {error.code}: {error.read()[:300].decode(errors='replace')}"
+        ) from None
+    return json.loads(text) if text.strip().startswith(b"{") else {}
+
+
+def _wait_for(check: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise NotAvailable(f"{what} did not happen within {timeout_s:.0f} s")
+        time.sleep(0.02)
 
 
 def console_switcher(base_url: str, token: str) -> Switcher:
-    """Switch through the console's REST API: POST /api/models/{name}/versions/{n}/activate."""
+    """Switch through the console's REST API (activate, then wait until the engine serves that version).
+
+    Loads version 1 first: importing the repository marks only the newest version to load.
+    """
+    auth = {"Authorization": f"Token {token}"}
+    versions = f"{base_url}/api/models/{MLP_SMALL.name}/versions"
+
+    def detail(version: int) -> dict:
+        return _call(f"{versions}/{version}/", None, auth, method="GET")
+
+    for version in (1, 2):
+        if detail(version).get("state") != "READY":
+            _call(f"{versions}/{version}/load", None, auth)
+            _wait_for(lambda v=version: detail(v).get("state") == "READY", f"loading version {version}")
 
     def switch(version: int) -> None:
-        _post(
-            f"{base_url}/api/models/{MLP_SMALL.name}/versions/{version}/activate",
-            None,
-            {"Authorization": f"Token {token}"},
-        )
+        _call(f"{versions}/{version}/activate", None, auth)
+        _wait_for(lambda: bool(detail(version).get("is_serving")), f"serving version {version} after activation")
 
     return switch
 
@@ -48,7 +71,7 @@ def repository_switcher(base_url: str) -> Switcher:
 
     def switch(version: int) -> None:
         config = json.dumps({"version_policy": {"specific": {"versions": [version]}}})
-        _post(f"{base_url}/v2/repository/models/{MLP_SMALL.name}/load", {"parameters": {"config": config}}, {})
+        _call(f"{base_url}/v2/repository/models/{MLP_SMALL.name}/load", {"parameters": {"config": config}}, {})
 
     return switch
 

@@ -72,7 +72,13 @@ class ConsoleHome:
         if self.store.exists():
             shutil.rmtree(self.store)
         self.workdir.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(repository, self.store, copy_function=os.link)
+        shutil.copytree(repository, self.store, copy_function=_link_model_files)
+
+    def prepare(self, repository: Path) -> None:
+        """Fill the store, create the database, and register the store's models (the desired state)."""
+        self.fill_store(repository)
+        self.manage(["migrate", "--noinput"])
+        self.manage(["import_repository", str(self.store)])
 
     def manage(self, args: list[str], timeout: float = 300) -> str:
         """Run one manage.py command against this home; NotAvailable with its output when it fails."""
@@ -102,6 +108,14 @@ class ConsoleHome:
         return self.manage(["shell", "-c", code]).strip().splitlines()[-1].strip()
 
 
+def _link_model_files(source: str, target: str) -> None:
+    # model files are large and read-only here; configs are copied since the console rewrites them on activation
+    if source.endswith(".pbtxt"):
+        shutil.copy2(source, target)
+    else:
+        os.link(source, target)
+
+
 def infera_spec(server: str, port: int, repository: Path, workdir: Path, mode: str = "auto") -> ServerSpec:
     """The ServerSpec of Infera under `server` (uvicorn or daphne); NotAvailable when the tree lacks it."""
     mode = resolve_mode(mode)
@@ -110,7 +124,7 @@ def infera_spec(server: str, port: int, repository: Path, workdir: Path, mode: s
         if missing:
             raise NotAvailable(missing)
         home = ConsoleHome(workdir)
-        home.fill_store(repository)
+        home.prepare(repository)
         command = [PYTHON, "manage.py", "serve", "--host", "127.0.0.1", "--port", str(port), "--server", server]
         command += ["--no-seed", "--no-access-log"]
         return ServerSpec(f"infera-{server}", command, port, env=home.env)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -126,11 +126,16 @@ def config_pbtxt(model: BenchModel, kind: str = "KIND_CPU") -> str:
     )
 
 
-def write_repository(root: Path | str, names: list[str] | None = None) -> Path:
-    """Write (or reuse, when already identical) the Triton repository of the bench models under `root`."""
+def write_repository(root: Path | str, names: list[str] | None = None, queue_delay_us: int | None = None) -> Path:
+    """Write (or reuse, when already identical) the Triton repository of the bench models under `root`.
+
+    `queue_delay_us` replaces the MLPs' batcher delay (`simple` keeps 0: its target is latency at one client).
+    """
     root = Path(root)
     for name in names or list(MODELS):
         model = MODELS[name]
+        if queue_delay_us is not None and model.max_batch_size >= 64:
+            model = replace(model, queue_delay_us=queue_delay_us)
         folder = root / name
         folder.mkdir(parents=True, exist_ok=True)
         _write_if_changed(folder / "config.pbtxt", config_pbtxt(model).encode())

@@ -24,7 +24,8 @@ def method_text(settings: dict) -> str:
         f"the same {settings['cores']} shared cores, no pinning: a server and its load generator compete for them, "
         "as they would on a small host. Models are built locally from fixed seeds (`bench/models.py`); every "
         "server gets the same ONNX files with one intra-op and one inter-op onnxruntime thread and its batcher on "
-        "(Infera: dynamic batching, `max_batch_size` 64 for the MLPs, queue delay 100 µs, `simple` 0 µs; "
+        "(Infera: dynamic batching, `max_batch_size` 64 for the MLPs, `max_queue_delay_microseconds` "
+        f"{_delays(settings)}; "
         "MLServer 1.7.1: adaptive batching, `max_batch_size` 64, `max_batch_time` 2 ms, through "
         "`bench/mlserver_runtime.py`). Load comes from wrk with one thread on loopback, each request one sample "
         f"(batch 1); each case runs {settings['runs']} times for {settings['seconds']:g} s after a 1 s warm-up, "
@@ -34,6 +35,11 @@ def method_text(settings: dict) -> str:
         "batches of 1 to 64 with the same thread settings. Infera is started as "
         f"`{settings['infera_launch']}`."
     )
+
+
+def _delays(settings: dict) -> str:
+    delays = settings.get("queue_delay_us", {})
+    return ", ".join(f"{name} {delay}" for name, delay in delays.items()) or "as in bench/models.py"
 
 
 def http_tables(results: dict) -> str:

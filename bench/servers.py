@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import socket
@@ -15,8 +16,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
-# the same uvicorn flags for Infera and for the echo ceiling, so the two differ only by the app
-UVICORN_FLAGS = ["--loop", "uvloop", "--http", "httptools", "--no-access-log", "--log-level", "warning"]
+# the same uvicorn flags for Infera and for the echo ceiling, so the two differ only by the app; httptools and
+# uvloop come with uvicorn[standard], and a machine without them (the GPU image) falls back to h11 and asyncio
+HTTP_IMPL = "httptools" if importlib.util.find_spec("httptools") else "h11"
+LOOP_IMPL = "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
+UVICORN_FLAGS = ["--loop", LOOP_IMPL, "--http", HTTP_IMPL, "--no-access-log", "--log-level", "warning"]
 
 
 class NotAvailable(Exception):

@@ -137,6 +137,11 @@ class InferaApplication:
             self._start_task.cancel()
             await asyncio.gather(self._start_task, return_exceptions=True)
         if self.server is not None and self._start_task is not None:
+            for hook in engine_link.stopping_hooks():
+                try:
+                    await hook(self.server)
+                except Exception:  # one failing hook must not keep the engine from stopping
+                    logger.exception("a hook run before the engine stops failed")
             await self.server.stop()
         self._start_task = None
 

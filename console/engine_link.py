@@ -1,7 +1,8 @@
 """The running InferenceServer, as Django code sees it: set by the ASGI app, read by views, API and consumers.
 
 Django code never builds its own engine; it asks this module for the one the process serves with. Code that
-must act once the engine has started (the reconciler) registers a hook here instead of editing console/asgi.py.
+must act once the engine has started, or before it stops (the reconciler, the metrics sampler), registers a hook
+here instead of editing console/asgi.py.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ StartedHook = Callable[["InferenceServer"], Awaitable[None]]
 
 _server: InferenceServer | None = None
 _started_hooks: list[StartedHook] = []
+_stopping_hooks: list[StartedHook] = []
 _startup_failure: str | None = None
 
 
@@ -49,6 +51,18 @@ def on_engine_started(hook: StartedHook) -> StartedHook:
 def started_hooks() -> list[StartedHook]:
     """The hooks to run after start-up, in registration order."""
     return list(_started_hooks)
+
+
+def on_engine_stopping(hook: StartedHook) -> StartedHook:
+    """Register an async callable run with the server before it stops (usable as a decorator)."""
+    if hook not in _stopping_hooks:
+        _stopping_hooks.append(hook)
+    return hook
+
+
+def stopping_hooks() -> list[StartedHook]:
+    """The hooks to run before the engine stops, last registered first (the reverse of start-up)."""
+    return list(reversed(_stopping_hooks))
 
 
 def set_startup_failure(reason: str | None) -> None:

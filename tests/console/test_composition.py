@@ -47,7 +47,10 @@ class SlowStartServer:
 
 
 @pytest.fixture(autouse=True)
-def restore_link() -> Iterator[None]:
+def restore_link(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    # hooks other apps register (the metrics sampler, the reconciler) need a real server, not this stand-in
+    monkeypatch.setattr(engine_link, "_started_hooks", [])
+    monkeypatch.setattr(engine_link, "_stopping_hooks", [])
     saved = engine_link.server_or_none()
     yield
     engine_link.set_server(saved)
@@ -140,3 +143,27 @@ async def test_the_placeholder_answers_health_from_the_server_and_501_otherwise(
     other = await call(placeholder, {"type": "http", "path": "/v2/models/simple"})
     assert [live[0]["status"], ready[0]["status"], other[0]["status"]] == [200, 503, 501]
     assert b"engine.frontend" in other[1]["body"]
+
+
+async def test_it_runs_hooks_after_start_and_before_stop():
+    server = SlowStartServer()
+    server.may_finish.set()
+    app, *_ = compose(server)
+    calls: list[str] = []
+
+    @engine_link.on_engine_started
+    async def after_start(started: object) -> None:
+        calls.append(f"started ready={started.is_ready()}")  # type: ignore[attr-defined]
+
+    @engine_link.on_engine_stopping
+    async def before_stop(stopping: object) -> None:
+        calls.append(f"stopping stopped={stopping.stopped}")  # type: ignore[attr-defined]
+
+    @engine_link.on_engine_stopping
+    async def failing(stopping: object) -> None:
+        raise RuntimeError("a broken hook")
+
+    await app.begin_startup()
+    await app.shutdown()
+    assert calls == ["started ready=True", "stopping stopped=False"]
+    assert server.stopped

@@ -9,9 +9,10 @@ RUN apt-get update \
 RUN python3.11 -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 
-# the CUDA build of the torch version requirements.txt pins; the pin then finds it already installed
+# the CUDA build of the torch version requirements.txt pins (==2.13.0 then matches 2.13.0+cu128, so it stays)
+ARG TORCH_INDEX=https://download.pytorch.org/whl/cu128
 COPY requirements.txt /app/requirements.txt
-RUN pip install --index-url https://download.pytorch.org/whl/cu128 torch==2.13.0 \
+RUN pip install --index-url "$TORCH_INDEX" torch==2.13.0 \
     && pip install -r /app/requirements.txt
 
 RUN useradd --create-home --uid 10001 infera \

@@ -14,8 +14,13 @@
   }
 
   /* fetch with JSON in and out; never throws for HTTP errors: {ok, status, data}. */
-  async function api(method, url, body, headers = {}) {
-    const options = { method, credentials: "same-origin", headers: { Accept: "application/json", ...headers } };
+  async function api(method, url, body, headers = {}, timeoutMs = 60000) {
+    const options = {
+      method,
+      credentials: "same-origin",
+      headers: { Accept: "application/json", ...headers },
+      signal: AbortSignal.timeout(timeoutMs),
+    };
     if (method !== "GET") options.headers["X-CSRFToken"] = csrfToken();
     if (body !== undefined) {
       options.headers["Content-Type"] = "application/json";
@@ -25,7 +30,8 @@
     try {
       response = await fetch(url, options);
     } catch (error) {
-      return { ok: false, status: 0, data: { detail: `the server cannot be reached (${error.message})` } };
+      const why = error.name === "TimeoutError" ? `no answer in ${timeoutMs / 1000} s` : error.message;
+      return { ok: false, status: 0, data: { detail: `the request failed: ${why}` } };
     }
     return { ok: response.ok, status: response.status, data: parseBody(await response.text()) };
   }
@@ -221,7 +227,7 @@
         stateCell,
         el("td", {}, version.is_active ? "★ active" : ""),
         el("td", {}, loaded),
-        el("td", {}, `${version.uploaded_by || "–"}, ${new Date(version.uploaded_at).toLocaleString()}`),
+        el("td", {}, `${version.uploaded_by || "system"}, ${new Date(version.uploaded_at).toLocaleString()}`),
         el("td", {}, humanSize(version.size)),
         el("td", { title: version.sha256 }, el("code", {}, version.sha256.slice(0, 12))),
         el("td", {}, version.notes),

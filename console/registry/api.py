@@ -67,7 +67,7 @@ class RegistryAPIView(APIView):
         return {"request": self.request, "view": self}
 
     def version(self, name: str, number: str) -> ModelVersion:
-        if not number.isdigit():
+        if not (number.isascii() and number.isdigit()):
             raise services.RegistryError(f"a version is a whole number, got '{number}'")
         return services.get_version(name, int(number))
 
@@ -102,9 +102,7 @@ class ModelDetailView(RegistryAPIView):
     @extend_schema(request=ModelUpdateSerializer, responses={200: RegisteredModelDetailSerializer})
     def patch(self, request: Request, name: str) -> Response:
         model = services.get_model(name)
-        if "name" in request.data and request.data["name"] != name:
-            raise services.RegistryError("a model's name cannot change (it names its folder and its /v2 URL)")
-        form = ModelUpdateSerializer(data=request.data)
+        form = ModelUpdateSerializer(data=request.data, context={"name": name})
         form.is_valid(raise_exception=True)
         model = services.update_model(request.user, model, form.validated_data["description"])
         return Response(RegisteredModelDetailSerializer(model, context=self._context()).data)
@@ -137,9 +135,9 @@ class VersionListView(RegistryAPIView):
     )
     def post(self, request: Request, name: str) -> Response:
         model = services.get_model(name)
-        length = int(request.META.get("CONTENT_LENGTH") or 0)
-        if length > max_upload_bytes() + MULTIPART_SLACK_BYTES:
-            raise services.RegistryError(too_large(length).message, 413)  # refused before the body is read
+        length = request.META.get("CONTENT_LENGTH") or "0"
+        if length.isascii() and length.isdigit() and int(length) > max_upload_bytes() + MULTIPART_SLACK_BYTES:
+            raise services.RegistryError(too_large(int(length)).message, 413)  # refused before the body is read
         form = VersionUploadSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         version = services.add_version(request.user, model, **form.validated_data)

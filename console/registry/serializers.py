@@ -136,6 +136,12 @@ class ModelUpdateSerializer(serializers.Serializer):
     """What may change on a model: its description (a name is its identity in the store and on /v2)."""
 
     description = serializers.CharField(allow_blank=True)
+    name = serializers.CharField(required=False, help_text="may be sent, but only unchanged")
+
+    def validate_name(self, value: str) -> str:
+        if value != self.context["name"]:
+            raise serializers.ValidationError("a model's name cannot change (it names its folder and its /v2 URL)")
+        return value
 
 
 @extend_schema_field(OpenApiTypes.BINARY)

@@ -66,7 +66,8 @@ def test_it_changes_the_description_but_never_the_name(as_operator):
     assert answer.json()["description"] == "better"
     renamed = as_operator.patch("/api/models/digits/", {"name": "other", "description": "x"}, format="json")
     assert renamed.status_code == 400
-    assert "name cannot change" in renamed.json()["detail"]
+    assert renamed.json() == {"name": ["a model's name cannot change (it names its folder and its /v2 URL)"]}
+    assert as_operator.patch("/api/models/digits/", '"name"', content_type="application/json").status_code == 400
     event = AuditEvent.objects.get(action="model.update")
     assert event.detail == {"description": {"from": "", "to": "better"}}
 

@@ -43,6 +43,7 @@ def test_it_answers_unknown_and_malformed_versions_clearly(as_viewer):
     malformed = as_viewer.get("/api/models/simple/versions/two/")
     assert malformed.status_code == 400
     assert malformed.json()["detail"] == "a version is a whole number, got 'two'"
+    assert as_viewer.get("/api/models/simple/versions/%C2%B3/").status_code == 400  # '³' is a digit to Python
 
 
 @pytest.mark.parametrize("slash", ["", "/"])

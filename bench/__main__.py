@@ -19,10 +19,10 @@ from bench.engine_inproc import measure_engine
 from bench.hotswap import console_switcher, repository_switcher, run_hotswap
 from bench.http_runs import HttpPlan, Target, measure_target, write_echo_responses
 from bench.infera import LAUNCH_MODES, ConsoleHome, infera_spec, resolve_mode
-from bench.models import MODELS, write_repository
+from bench.models import MLP_SMALL, MODELS, write_repository
 from bench.report import print_summary, write_outputs
-from bench.servers import ROOT, NotAvailable, ServerProcess, echo_spec, free_port
-from bench.system import system_info, usable_cores
+from bench.servers import ROOT, NotAvailable, ServerProcess, ServerSpec, echo_spec, free_port
+from bench.system import load_average, system_info, usable_cores
 from bench.wrk import WRK, WrkScripts
 
 RESULTS = ROOT / "bench" / "results"
@@ -53,6 +53,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--engine-model", default="mlp_medium", help="model of the in-process engine run")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
+    parser.add_argument(
+        "--render-only",
+        action="store_true",
+        help="rewrite the markdown from bench/results/latest.json, measure nothing",
+    )
     parser.add_argument("--setup-peers", action="store_true", help="(re)create MLServer's virtualenv first")
     args = parser.parse_args(argv)
     if args.quick:
@@ -69,17 +74,29 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+def with_models(spec: ServerSpec, models: list[str], name: str | None = None) -> ServerSpec:
+    """`spec` waiting for `models` to be ready too, its log named `name` when given."""
+    spec.ready_models = list(models)
+    spec.name = name or spec.name
+    return spec
+
+
 def http_targets(args: argparse.Namespace, repository: Path, workdir: Path, echo_dir: Path) -> list[Target]:
     """The servers of the HTTP matrix, each built only when its turn comes."""
     mode = args.infera_launch
+    models = args.models
     builders = {
         "echo-uvicorn": Target("echo-uvicorn", True, lambda: echo_spec("uvicorn", free_port(), echo_dir)),
         "echo-daphne": Target("echo-daphne", True, lambda: echo_spec("daphne", free_port(), echo_dir)),
         "infera-uvicorn": Target(
-            "infera-uvicorn", True, lambda: infera_spec("uvicorn", free_port(), repository, workdir / "uvicorn", mode)
+            "infera-uvicorn",
+            True,
+            lambda: with_models(infera_spec("uvicorn", free_port(), repository, workdir / "uvicorn", mode), models),
         ),
         "infera-daphne": Target(
-            "infera-daphne", True, lambda: infera_spec("daphne", free_port(), repository, workdir / "daphne", mode)
+            "infera-daphne",
+            True,
+            lambda: with_models(infera_spec("daphne", free_port(), repository, workdir / "daphne", mode), models),
         ),
         "mlserver": Target(
             "mlserver",
@@ -109,6 +126,7 @@ def guarded(section: str, run) -> dict:
 def hotswap_section(args, repository: Path, workdir: Path, scripts: WrkScripts) -> dict:
     mode = resolve_mode(args.infera_launch)
     spec = infera_spec("uvicorn", free_port(), repository, workdir / "hotswap", mode)
+    with_models(spec, [MLP_SMALL.name], "infera-hotswap")
     with ServerProcess(spec, RESULTS / "logs"):
         if mode == "console":
             switch = console_switcher(spec.base_url, ConsoleHome(workdir / "hotswap").api_token())
@@ -129,6 +147,7 @@ def dashboards_section(args, repository: Path, workdir: Path, scripts: WrkScript
     if resolve_mode(args.infera_launch) != "console":
         raise NotAvailable("/ws/metrics/ lives in the console process, which this tree cannot start yet")
     spec = infera_spec("uvicorn", free_port(), repository, workdir / "dashboards", "console")
+    with_models(spec, [MLP_SMALL.name], "infera-dashboards")
     with ServerProcess(spec, RESULTS / "logs"):
         cookie = ConsoleHome(workdir / "dashboards").session_cookie()
         result = run_dashboards(spec, cookie, repository, scripts, args.seconds)
@@ -138,8 +157,25 @@ def dashboards_section(args, repository: Path, workdir: Path, scripts: WrkScript
     return result
 
 
+def render_only(out: Path) -> int:
+    """Re-render the markdown from the last run (after adding GPU results or editing the closing note)."""
+    latest = RESULTS / "latest.json"
+    if not latest.exists():
+        print(f"no {latest}: run the bench first", file=sys.stderr)
+        return 2
+    results = json.loads(latest.read_text())
+    gpu_json = RESULTS / "gpu_results.json"
+    if gpu_json.exists():
+        results["gpu"] = json.loads(gpu_json.read_text())
+    write_outputs(results, out, latest)
+    print(f"wrote {out}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.render_only:
+        return render_only(args.out)
     if not shutil.which(WRK):
         print("wrk is not installed: apt-get install wrk", file=sys.stderr)
         return 2
@@ -205,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     if gpu_json.exists():
         results["gpu"] = json.loads(gpu_json.read_text())
     results["elapsed_s"] = time.monotonic() - started
+    results["system"]["load average at end"] = load_average()
     print_summary(results)
     write_outputs(results, None if args.no_write else args.out, RESULTS / "latest.json")
     where = (

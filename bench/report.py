@@ -9,6 +9,10 @@ from bench.targets import CEILING_LABEL, INFERA_LABELS, MLSERVER_LABEL, all_verd
 
 BENCH_DIR = Path(__file__).resolve().parent
 CLOSING_NOTE = BENCH_DIR / "closing_note.md"
+LAUNCH_TEXT = {
+    "console": "the whole console process (`manage.py serve --server uvicorn|daphne`, SQLite, models imported)",
+    "standalone": "the engine-only app (`engine.frontend.standalone:app` under uvicorn or daphne)",
+}
 
 
 def table(headers: list[str], rows: list[list[str]]) -> str:
@@ -32,8 +36,9 @@ def method_text(settings: dict) -> str:
         "and each figure is the median of those runs (errors are summed: non-2xx answers plus socket errors). "
         "The HTTP ceiling is `bench/echo_app.py`, a bare ASGI app under the same uvicorn flags that reads the "
         "body and answers a canned response of Infera's size; the direct ceiling is `session.run` in process on "
-        "batches of 1 to 64 with the same thread settings. Infera is started as "
-        f"`{settings['infera_launch']}`."
+        "batches of 1 to 64 with the same thread settings. Infera runs as "
+        + LAUNCH_TEXT.get(settings["infera_launch"], settings["infera_launch"])
+        + ". The load averages in the first table show how much else ran on the machine meanwhile."
     )
 
 

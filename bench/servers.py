@@ -45,6 +45,8 @@ class ServerSpec:
     env: dict[str, str] = field(default_factory=dict)
     cwd: Path = ROOT
     ready_timeout_s: float = 120.0
+    # models that must answer ready too: a server may call itself ready before its models have loaded
+    ready_models: list[str] = field(default_factory=list)
 
     @property
     def base_url(self) -> str:
@@ -82,8 +84,13 @@ class ServerProcess:
         self.stop()
 
     def _wait_ready(self) -> None:
-        url = self.spec.base_url + self.spec.ready_path
         deadline = time.monotonic() + self.spec.ready_timeout_s
+        self._wait_for_200(self.spec.ready_path, deadline)
+        for model in self.spec.ready_models:
+            self._wait_for_200(f"/v2/models/{model}/ready", deadline)
+
+    def _wait_for_200(self, path: str, deadline: float) -> None:
+        url = self.spec.base_url + path
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise NotAvailable(f"{self.spec.name} exited with {self.process.returncode}: {self.log_tail()}")

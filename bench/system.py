@@ -50,6 +50,14 @@ def wrk_version() -> str:
     return first[0].split()[1] if first and len(first[0].split()) > 1 else "-"
 
 
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages: other work on a shared machine shows here."""
+    try:
+        return " ".join(f"{v:.2f}" for v in os.getloadavg())
+    except OSError:
+        return "-"
+
+
 def system_info() -> dict[str, str]:
     """The machine and the versions, as the report's first table shows them."""
     return {
@@ -62,4 +70,5 @@ def system_info() -> dict[str, str]:
         "daphne": package_version("daphne"),
         "mlserver": mlserver_version(),
         "wrk": wrk_version(),
+        "load average at start": load_average(),
     }

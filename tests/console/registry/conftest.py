@@ -8,20 +8,19 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.core.files.uploadedfile import SimpleUploadedFile
 from rest_framework.test import APIClient
 
-from console.accounts.roles import Role, set_role
+from console.registry.reconciler import stop_reconciler
+from engine.server import InferenceServer
+from tests.console.accounts import conftest as accounts_cast
 from tests.engine.model_factory import make_mlp_onnx, make_simple_onnx, simple_config, to_pbtxt
 
-PASSWORD = "a-long-test-password-9"
-
-
-def make_user(username: str, role: Role):
-    user = get_user_model().objects.create_user(username, password=PASSWORD)
-    set_role(user, role)
-    return user
+# the cast of users, one per role, is the accounts tests' own
+admin = accounts_cast.admin
+operator = accounts_cast.operator
+viewer = accounts_cast.viewer
+clean_caches = accounts_cast.clean_caches
 
 
 @pytest.fixture(autouse=True)
@@ -34,18 +33,13 @@ def store(settings, tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def admin(db):
-    return make_user("ada", Role.ADMIN)
-
-
-@pytest.fixture
-def operator(db):
-    return make_user("otto", Role.OPERATOR)
-
-
-@pytest.fixture
-def viewer(db):
-    return make_user("vera", Role.VIEWER)
+async def engine(store):
+    """A started in-process engine over the store, with nothing loaded (the reconciler loads)."""
+    server = InferenceServer(store)
+    await server.start(load_models=False)
+    yield server
+    await stop_reconciler(server)
+    await server.stop()
 
 
 def client_for(user) -> APIClient:

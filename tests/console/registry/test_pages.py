@@ -8,15 +8,10 @@ import pytest
 from django.test import Client
 
 from console.registry.models import AuditEvent
+from tests.console.accounts.conftest import signed_in
 from tests.console.registry.conftest import model_file, upload
 
 pytestmark = pytest.mark.django_db
-
-
-def signed_in(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def external_urls(html: str) -> list[str]:

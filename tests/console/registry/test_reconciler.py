@@ -6,20 +6,11 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from console.registry import services
-from console.registry.reconciler import reconcile_once, start_reconciler, stop_reconciler
+from console.registry.reconciler import reconcile_once, start_reconciler
 from engine.server import InferenceServer
 from tests.console.registry.engine_helpers import add, change, eventually, infer, register, served_version, states
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-async def engine(store):
-    server = InferenceServer(store)
-    await server.start(load_models=False)
-    yield server
-    await stop_reconciler(server)
-    await server.stop()
 
 
 async def test_it_loads_what_should_serve_and_marks_it_ready(engine, operator, simple_onnx):

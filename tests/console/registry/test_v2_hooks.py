@@ -8,18 +8,9 @@ from console.registry.models import AuditEvent
 from console.registry.reconciler import reconcile_once
 from console.registry.v2_hooks import on_v2_load, on_v2_unload
 from engine.errors import LoadError
-from engine.server import InferenceServer
 from tests.console.registry.engine_helpers import register, served_version, states
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-async def engine(store):
-    server = InferenceServer(store)
-    await server.start(load_models=False)
-    yield server
-    await server.stop()
 
 
 async def test_unload_then_load_round_trips_through_the_desired_state(engine, operator, simple_onnx):

@@ -6,13 +6,13 @@ import statistics
 import subprocess
 from pathlib import Path
 
-from bench.http_runs import infer_url, probe
+from bench.http_runs import checked_load
 from bench.models import MLP_SMALL
-from bench.payloads import make_payload
 from bench.servers import PYTHON, ROOT, NotAvailable, ServerSpec
 from bench.wrk import WrkScripts, run_wrk
 
 CLIENTS = 50
+ORDER = (False, True, True, False, False, True, True, False)  # four runs each way, balanced in time
 
 
 class DashboardProcess:
@@ -46,25 +46,22 @@ class DashboardProcess:
 
 
 def run_dashboards(spec: ServerSpec, cookie: str, repository: Path, scripts: WrkScripts, seconds: float) -> dict:
-    """Alternate runs without and with CLIENTS dashboards open (three each); the cost is the median drop."""
-    payload = make_payload(MLP_SMALL, repository, "json")
-    url = infer_url(spec.base_url, MLP_SMALL.name)
-    problem = probe(url, payload, check_values=False)
-    if problem:
-        raise NotAvailable(f"probe failed: {problem}")
-    script = scripts.script(f"{MLP_SMALL.name}-json", payload.body, payload.headers)
+    """Runs without and with CLIENTS dashboards open, in ABBA order; the cost is the drop between the medians."""
+    url, script = checked_load(spec.base_url, MLP_SMALL.name, repository, scripts)
     dashboards = DashboardProcess(spec.base_url.replace("http://", "ws://") + "/ws/metrics/", cookie)
     without, with_clients, messages_per_s = [], [], []
     try:
         dashboards.command(f"open {CLIENTS}")  # fails fast when the endpoint or the sign-in is missing
         dashboards.command("close")
-        run_wrk(url, script, 16, 1)
-        for _ in range(3):  # alternating, so a drift in the shared machine's load falls on both sides
-            without.append(run_wrk(url, script, 64, seconds).rps)
-            dashboards.command(f"open {CLIENTS}")
-            with_clients.append(run_wrk(url, script, 64, seconds).rps)
-            _, messages, elapsed = dashboards.command("close").split()
-            messages_per_s.append(int(messages) / float(elapsed) / CLIENTS)
+        run_wrk(url, script, 64, seconds)  # a full warm-up: a server still warming would favour the later runs
+        for with_open in ORDER:  # ABBA: drift in the shared machine's load and in the server falls on both sides
+            if with_open:
+                dashboards.command(f"open {CLIENTS}")
+                with_clients.append(run_wrk(url, script, 64, seconds).rps)
+                _, messages, elapsed = dashboards.command("close").split()
+                messages_per_s.append(int(messages) / float(elapsed) / CLIENTS)
+            else:
+                without.append(run_wrk(url, script, 64, seconds).rps)
     finally:
         dashboards.stop()
     rps_without, rps_with = statistics.median(without), statistics.median(with_clients)
@@ -74,4 +71,6 @@ def run_dashboards(spec: ServerSpec, cookie: str, repository: Path, scripts: Wrk
         "rps_with": rps_with,
         "cost": 1 - rps_with / rps_without if rps_without else 0.0,
         "snapshots_per_client_s": statistics.median(messages_per_s),
+        "runs_without": without,
+        "runs_with": with_clients,
     }

@@ -10,9 +10,8 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.http_runs import infer_url, probe
+from bench.http_runs import checked_load
 from bench.models import MLP_SMALL
-from bench.payloads import make_payload
 from bench.servers import NotAvailable, ServerSpec
 from bench.wrk import WrkScripts, median_run, run_wrk
 
@@ -78,15 +77,10 @@ def repository_switcher(base_url: str) -> Switcher:
 
 def run_hotswap(spec: ServerSpec, switch: Switcher, repository: Path, scripts: WrkScripts, seconds: float) -> dict:
     """Steady wrk runs, then wrk runs during which the version switches SWITCHES times; both at 64 connections."""
-    payload = make_payload(MLP_SMALL, repository, "json")
-    url = infer_url(spec.base_url, MLP_SMALL.name)
-    problem = probe(url, payload, check_values=False)
-    if problem:
-        raise NotAvailable(f"probe failed: {problem}")
+    url, script = checked_load(spec.base_url, MLP_SMALL.name, repository, scripts)
     for version in (1, 2):  # proves both versions can be activated before anything is measured
         switch(version)
-    script = scripts.script(f"{MLP_SMALL.name}-json", payload.body, payload.headers)
-    run_wrk(url, script, 16, 1)
+    run_wrk(url, script, 64, seconds)  # a full warm-up, so steady state is not measured on a cold server
     steady = median_run([run_wrk(url, script, 64, seconds) for _ in range(3)])
 
     window = max(2 * seconds, 6.0)

@@ -66,6 +66,16 @@ def probe(url: str, payload: Payload, check_values: bool) -> str | None:
     return None
 
 
+def checked_load(base_url: str, model: str, repository: Path, scripts: WrkScripts) -> tuple[str, Path]:
+    """The URL and wrk script of a JSON load on `model`, after one request proved the server answers it."""
+    payload = make_payload(MODELS[model], repository, "json")
+    url = infer_url(base_url, model)
+    problem = probe(url, payload, check_values=True)
+    if problem:
+        raise NotAvailable(f"probe failed: {problem}")
+    return url, scripts.script(f"{model}-json", payload.body, payload.headers)
+
+
 def measure_target(
     target: Target, repository: Path, plan: HttpPlan, scripts: WrkScripts, log_folder: Path
 ) -> list[dict]:

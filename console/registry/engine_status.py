@@ -17,17 +17,12 @@ class EngineStatus:
     serving: int | None = None
 
     @classmethod
-    def read(cls, name: str) -> EngineStatus:
+    def of(cls, name: str, context: dict[str, Any]) -> EngineStatus:
+        """The status of `name`; the engine's index is read once per serializer context (a list asks per model)."""
         server = engine_link.server_or_none()
         if server is None:
             return cls()
-        ready, serving = engine_view(server, name)
+        if "engine_index" not in context:
+            context["engine_index"] = server.repository_index()
+        ready, serving = engine_view(server, name, context["engine_index"])
         return cls(frozenset(ready), serving)
-
-    @classmethod
-    def of(cls, name: str, context: dict[str, Any]) -> EngineStatus:
-        """The status, read once per serializer context (a list asks for each model several times)."""
-        cache = context.setdefault("engine_status", {})
-        if name not in cache:
-            cache[name] = cls.read(name)
-        return cache[name]

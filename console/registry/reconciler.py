@@ -74,11 +74,14 @@ async def reconcile_model(server: InferenceServer, name: str) -> None:
             await _forget(server, book, name)
 
 
-def engine_view(server: InferenceServer, name: str) -> tuple[set[int], int | None]:
-    """(READY versions, the version taking unversioned requests) of a model in this engine."""
+def engine_view(server: InferenceServer, name: str, index: list[dict] | None = None) -> tuple[set[int], int | None]:
+    """(READY versions, the version taking unversioned requests) of a model in this engine.
+
+    `index` is a repository index already read, for callers that ask about many models at once.
+    """
     ready = {
         int(row["version"])
-        for row in server.repository_index()
+        for row in (server.repository_index() if index is None else index)
         if row["name"] == name and row.get("state") == "READY" and row.get("version")
     }
     try:

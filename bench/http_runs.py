@@ -102,7 +102,8 @@ def measure_target(
                 ]
                 continue
             script = scripts.script(f"{model}-{encoding}", payload.body, payload.headers)
-            run_wrk(url, script, 16, plan.warmup_s)  # warm caches, pools and the batcher before measuring
+            # warm caches, pools and the batcher before measuring; a fresh server gets a longer warm-up
+            run_wrk(url, script, 64, plan.warmup_s if rows else max(plan.warmup_s, plan.seconds))
             for connections in plan.concurrencies:
                 runs = [run_wrk(url, script, connections, plan.seconds) for _ in range(plan.runs)]
                 row = median_run(runs)

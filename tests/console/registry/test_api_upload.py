@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
+import tarfile
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
@@ -117,6 +119,27 @@ def test_it_refuses_an_archive_with_a_symlink(as_operator, simple_onnx, store, p
     assert answer.status_code == 400
     assert "member 'secrets'" in answer.json()["detail"]
     assert "link" in answer.json()["detail"]
+    assert versions() == []
+
+
+@pytest.mark.parametrize(
+    ("kind", "reason"),
+    [(tarfile.LNKTYPE, "is a link"), (tarfile.FIFOTYPE, "is a device, pipe"), (tarfile.CHRTYPE, "is a device, pipe")],
+    ids=["hardlink", "fifo", "char-device"],
+)
+def test_it_refuses_a_tar_with_links_or_special_files(as_operator, simple_onnx, kind, reason):
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as bundle:
+        info = tarfile.TarInfo("model.onnx")
+        info.size = len(simple_onnx)
+        bundle.addfile(info, io.BytesIO(simple_onnx))
+        special = tarfile.TarInfo("odd")
+        special.type = kind
+        special.linkname = "model.onnx" if kind == tarfile.LNKTYPE else ""
+        bundle.addfile(special)
+    answer = upload(as_operator, "simple", model_file(buffer.getvalue(), "odd.tar.gz"))
+    assert answer.status_code == 400
+    assert f"member 'odd' {reason}" in answer.json()["detail"]
     assert versions() == []
 
 

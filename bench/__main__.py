@@ -159,15 +159,15 @@ def dashboards_section(args, repository: Path, workdir: Path, scripts: WrkScript
 
 def render_only(out: Path) -> int:
     """Re-render the markdown from the last run (after adding GPU results or editing the closing note)."""
-    latest = RESULTS / "latest.json"
-    if not latest.exists():
-        print(f"no {latest}: run the bench first", file=sys.stderr)
+    published = RESULTS / "published.json"
+    if not published.exists():
+        print(f"no {published}: run the bench without --no-write first", file=sys.stderr)
         return 2
-    results = json.loads(latest.read_text())
+    results = json.loads(published.read_text())
     gpu_json = RESULTS / "gpu_results.json"
     if gpu_json.exists():
         results["gpu"] = json.loads(gpu_json.read_text())
-    write_outputs(results, out, latest)
+    write_outputs(results, out, RESULTS)
     print(f"wrote {out}")
     return 0
 
@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     results["elapsed_s"] = time.monotonic() - started
     results["system"]["load average at end"] = load_average()
     print_summary(results)
-    write_outputs(results, None if args.no_write else args.out, RESULTS / "latest.json")
+    write_outputs(results, None if args.no_write else args.out, RESULTS)
     where = (
         "" if args.no_write else f"; wrote {args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out}"
     )

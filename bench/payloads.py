@@ -22,8 +22,11 @@ class Payload:
     response_headers: dict[str, str]
 
 
-def _tensor_json(name: str, datatype: str, array: np.ndarray) -> dict:
-    return {"name": name, "shape": list(array.shape), "datatype": datatype, "data": array.reshape(-1).tolist()}
+def _tensor_json(name: str, datatype: str, array: np.ndarray, as_float32: bool = False) -> dict:
+    # requests carry Python floats, as tritonclient sends them; responses carry float32's shortest form, as the
+    # server writes it, so the echo ceiling answers exactly as many bytes as Infera
+    data = np.ascontiguousarray(array).reshape(-1) if as_float32 else array.reshape(-1).tolist()
+    return {"name": name, "shape": list(array.shape), "datatype": datatype, "data": data}
 
 
 def _tensor_binary(name: str, datatype: str, array: np.ndarray) -> dict:
@@ -51,8 +54,9 @@ def json_payload(model: BenchModel, repository: Path, batch: int = 1) -> Payload
         {
             "model_name": model.name,
             "model_version": "1",
-            "outputs": [_tensor_json(n, model.datatype, a) for n, a in outputs.items()],
-        }
+            "outputs": [_tensor_json(n, model.datatype, a, as_float32=True) for n, a in outputs.items()],
+        },
+        option=orjson.OPT_SERIALIZE_NUMPY,
     )
     return Payload(body, {"Content-Type": "application/json"}, response, {"content-type": "application/json"})
 

@@ -244,9 +244,12 @@ def print_summary(results: dict) -> None:
         print(f"  {v.status:4}  {v.target:52} {v.goal:34} {v.measured}")
 
 
-def write_outputs(results: dict, markdown_path: Path | None, json_path: Path) -> None:
-    json_path.parent.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(json.dumps(results, indent=1, default=str))
+def write_outputs(results: dict, markdown_path: Path | None, results_folder: Path) -> None:
+    """latest.json always; with the markdown, published.json too (what --render-only renders again)."""
+    results_folder.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(results, indent=1, default=str)
+    (results_folder / "latest.json").write_text(text)
     if markdown_path is not None:
+        (results_folder / "published.json").write_text(text)
         markdown_path.parent.mkdir(parents=True, exist_ok=True)
         markdown_path.write_text(render_markdown(results))

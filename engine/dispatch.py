@@ -80,7 +80,8 @@ class Dispatcher:
         if lane.idle:
             # an idle instance takes the batch now, without a hop through the dispatcher task
             self._dispatch(lane, now)
-        else:
+        if len(lane.batcher):
+            # still queued: waiting for company (queue delay) or for a free instance; the task keeps time
             self._wake.set()
         try:
             outputs = await pending.future

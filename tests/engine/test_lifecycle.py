@@ -199,3 +199,12 @@ async def test_it_says_why_an_unversioned_request_finds_no_ready_version(tmp_pat
         await manager.load(make_config(), {1: version_dir(tmp_path, 1, "broken")})
     with pytest.raises(Unavailable, match="no version ready: version 1: weights are corrupt"):
         manager.get("scale")
+
+
+async def test_it_answers_a_lone_request_once_the_queue_delay_passes(tmp_path):
+    manager = ModelManager()
+    config = make_config(dynamic_batching=DynamicBatching(max_queue_delay_microseconds=500))
+    await manager.load(config, {1: version_dir(tmp_path, 1, "2")})
+    response = await asyncio.wait_for(manager.get("scale").infer(request(1)), timeout=10)
+    assert response.outputs["Y"].tolist() == [[2, 2]]
+    await manager.stop()

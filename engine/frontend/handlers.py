@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -37,6 +37,18 @@ class Incoming:
     accept_encoding: str | None = None
     header_length: bytes | None = None
     max_body_bytes: int = 0
+    repository_control: RepositoryControl | None = None
+
+
+class RepositoryControl(Protocol):
+    """Who owns the desired state of models (the console's registry): repository load/unload go there first.
+
+    Each returns True when it handled the request, False to let the engine load or unload by itself.
+    """
+
+    async def load(self, name: str, *, config: Any = None, files: dict[str, bytes] | None = None) -> bool: ...
+
+    async def unload(self, name: str) -> bool: ...
 
 
 @dataclass(slots=True)
@@ -155,12 +167,18 @@ async def repository_load(server: InferenceServer, incoming: Incoming) -> Reply:
             files[path] = base64.b64decode(value, validate=True)
         except (binascii.Error, ValueError):
             raise InvalidArgument(f"failed to load '{name}': parameter '{key}' is not valid base64") from None
+    control = incoming.repository_control
+    if control is not None and await control.load(name, config=config, files=files or None):
+        return EMPTY_OK
     await server.load_model(name, config=config, files=files or None)
     return EMPTY_OK
 
 
 async def repository_unload(server: InferenceServer, incoming: Incoming) -> Reply:
     _parameters(_optional_json(incoming))
+    control = incoming.repository_control
+    if control is not None and await control.unload(incoming.route.model):
+        return EMPTY_OK
     await server.unload_model(incoming.route.model)
     return EMPTY_OK
 

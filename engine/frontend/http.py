@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import InferaError, PayloadTooLarge, Unavailable
-from engine.frontend.handlers import ASYNC_HANDLERS, SYNC_HANDLERS, Incoming, Reply
+from engine.frontend.handlers import ASYNC_HANDLERS, SYNC_HANDLERS, Incoming, Reply, RepositoryControl
 from engine.frontend.routes import HEALTH_ENDPOINTS, resolve
 from engine.protocol import error_body
 
@@ -45,10 +45,12 @@ class V2App:
         *,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         authenticate: Authenticate | None = None,
+        repository_control: RepositoryControl | None = None,
     ) -> None:
         self.server = server
         self.max_body_bytes = max_body_bytes
         self.authenticate = authenticate
+        self.repository_control = repository_control
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -73,7 +75,9 @@ class V2App:
             if self.authenticate is not None and route.endpoint not in HEALTH_ENDPOINTS:
                 if not await self.authenticate(scope):
                     raise Unauthorized("authentication required: send 'Authorization: Bearer <token>'")
-            incoming = Incoming(route=route, body=b"", max_body_bytes=self.max_body_bytes)
+            incoming = Incoming(
+                route=route, body=b"", max_body_bytes=self.max_body_bytes, repository_control=self.repository_control
+            )
             _read_headers(scope, incoming, self.max_body_bytes)
             if route.method == "POST":
                 incoming.body = await _read_body(receive, self.max_body_bytes)

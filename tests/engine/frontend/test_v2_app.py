@@ -194,3 +194,28 @@ async def test_it_refuses_an_infer_with_binary_data_beyond_the_body(v2_app):
     )
     assert answer.status == 400 and "binary_data_size 64 but only 8 bytes" in answer.json()["error"]
     np.testing.assert_equal((await call(v2_app, "POST", "/v2/models/simple/infer", simple_request())).status, 200)
+
+
+class RecordingControl:
+    """A repository owner that claims one model and leaves the rest to the engine."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    async def load(self, name, *, config=None, files=None) -> bool:
+        self.calls.append(("load", name))
+        return name == "claimed"
+
+    async def unload(self, name) -> bool:
+        self.calls.append(("unload", name))
+        return name == "claimed"
+
+
+async def test_it_sends_repository_load_and_unload_to_the_owner_of_the_desired_state_first(v2_server):
+    control = RecordingControl()
+    app = V2App(v2_server, repository_control=control)
+    assert (await call(app, "POST", "/v2/repository/models/claimed/load")).status == 200
+    assert (await call(app, "POST", "/v2/repository/models/claimed/unload")).status == 200
+    assert (await call(app, "POST", "/v2/repository/models/simple/unload")).status == 200
+    assert not v2_server.model_ready("simple")  # not claimed: the engine unloaded it itself
+    assert control.calls == [("load", "claimed"), ("unload", "claimed"), ("unload", "simple")]

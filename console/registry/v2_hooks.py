@@ -96,3 +96,13 @@ def _failure_of(name: str, numbers: list[int]) -> str:
         return "no version of it has files in the model store"
     failed = RegisteredModel.objects.get(name=name).versions.filter(number__in=numbers, state=VersionState.FAILED)
     return "; ".join(f"version {v.number}: {v.error}" for v in failed)
+
+
+class RegistryRepositoryControl:
+    """The engine's RepositoryControl backed by the registry: v2 load/unload change the console's desired state."""
+
+    async def load(self, name: str, *, config: Any = None, files: dict[str, bytes] | None = None) -> bool:
+        return await on_v2_load(name, config=config, files=files)
+
+    async def unload(self, name: str) -> bool:
+        return await on_v2_unload(name)

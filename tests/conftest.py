@@ -143,9 +143,13 @@ def engine_front_end_missing() -> str | None:
     return None
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def chromium_browser() -> Iterator[object]:
-    """Debian's Chromium driven by Playwright (no browser download); each launch gets a fresh profile folder."""
+    """Debian's Chromium driven by Playwright (no browser download); each launch gets a fresh profile folder.
+
+    Function-scoped on purpose: while Playwright's sync API runs, its event loop is the thread's running loop,
+    and every async test after it would fail with "Runner.run() cannot be called from a running event loop".
+    """
     if not CHROMIUM.exists():
         message = f"{CHROMIUM} is missing: install Debian's chromium (apt-get install chromium); .ci/run does"
         if os.environ.get("CI"):

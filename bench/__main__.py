@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
             "mlserver_workers": args.mlserver_workers,
             "queue_delay_us": {name: m.queue_delay_us for name, m in MODELS.items()}
             if args.queue_delay_us is None
-            else {name: (args.queue_delay_us if m.max_batch_size >= 64 else 0) for name, m in MODELS.items()},
+            else {name: (args.queue_delay_us if m.queue_delay_us else 0) for name, m in MODELS.items()},
         },
     }
     try:

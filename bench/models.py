@@ -34,7 +34,8 @@ class BenchModel:
 # the in-process engine model of issue 3. mlp_small has two versions so the hot-swap run can switch between them.
 SIMPLE = BenchModel("simple", "INT32", {"INPUT0": [16], "INPUT1": [16]}, {"OUTPUT0": [16], "OUTPUT1": [16]}, 8, 0)
 MLP_SMALL = BenchModel("mlp_small", "FP32", {"INPUT0": [64]}, {"OUTPUT0": [10]}, 64, 100, versions=2)
-MLP_MEDIUM = BenchModel("mlp_medium", "FP32", {"INPUT0": [256]}, {"OUTPUT0": [16]}, 64, 100)
+# mlp_medium's batcher waits for no one: issue 3 bounds the overhead of a lone request, which a delay would add to
+MLP_MEDIUM = BenchModel("mlp_medium", "FP32", {"INPUT0": [256]}, {"OUTPUT0": [16]}, 64, 0)
 MLP_LARGE = BenchModel("mlp_large", "FP32", {"INPUT0": [512]}, {"OUTPUT0": [16]}, 64, 100)
 MODELS = {m.name: m for m in (SIMPLE, MLP_SMALL, MLP_MEDIUM, MLP_LARGE)}
 MLP_LAYERS = {
@@ -129,12 +130,13 @@ def config_pbtxt(model: BenchModel, kind: str = "KIND_CPU") -> str:
 def write_repository(root: Path | str, names: list[str] | None = None, queue_delay_us: int | None = None) -> Path:
     """Write (or reuse, when already identical) the Triton repository of the bench models under `root`.
 
-    `queue_delay_us` replaces the MLPs' batcher delay (`simple` keeps 0: its target is latency at one client).
+    `queue_delay_us` replaces every non-zero batcher delay (`simple` and `mlp_medium` keep 0: their targets are
+    about a lone request).
     """
     root = Path(root)
     for name in names or list(MODELS):
         model = MODELS[name]
-        if queue_delay_us is not None and model.max_batch_size >= 64:
+        if queue_delay_us is not None and model.max_batch_size >= 64 and model.queue_delay_us:
             model = replace(model, queue_delay_us=queue_delay_us)
         folder = root / name
         folder.mkdir(parents=True, exist_ok=True)

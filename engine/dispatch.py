@@ -23,6 +23,7 @@ class Lane:
 
     batcher: DynamicBatcher
     idle: list[ModelInstance]
+    dispatch_scheduled: bool = False
 
 
 @dataclass(slots=True, eq=False)
@@ -78,10 +79,12 @@ class Dispatcher:
         lane.batcher.add(pending, now)
         self.stats.pending = self.queued
         if lane.idle:
-            # an idle instance takes the batch now, without a hop through the dispatcher task
-            self._dispatch(lane, now)
-        if len(lane.batcher):
-            # still queued: waiting for company (queue delay) or for a free instance; the task keeps time
+            # an idle instance takes the batch on the loop's next turn: requests that arrive in this turn (callers
+            # answered by the last batch) join it, and no hop through the dispatcher task is needed
+            if not lane.dispatch_scheduled:
+                lane.dispatch_scheduled = True
+                loop.call_soon(self._dispatch_soon, lane)
+        else:
             self._wake.set()
         try:
             outputs = await pending.future
@@ -109,6 +112,13 @@ class Dispatcher:
                 await asyncio.wait_for(self._wake.wait(), timeout)
             except TimeoutError:
                 pass
+
+    def _dispatch_soon(self, lane: Lane) -> None:
+        lane.dispatch_scheduled = False
+        self._dispatch(lane, time.monotonic_ns())
+        if len(lane.batcher):
+            # still queued: waiting for company (queue delay) or for a free instance; the task keeps time
+            self._wake.set()
 
     def _dispatch(self, lane: Lane, now: int) -> None:
         """Expire timed-out requests, then hand batches to idle instances while the batcher releases them."""

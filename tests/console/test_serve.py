@@ -38,11 +38,6 @@ def test_it_is_ready_once_the_demo_models_load(infera_server: ServerProcess):
 
 
 @pytest.mark.skipif(ENGINE_MISSING is not None, reason=ENGINE_MISSING or "")
-@pytest.mark.xfail(
-    reason="engine: a lone request waits for a second one when max_queue_delay_microseconds > 0 (reported)",
-    strict=False,
-    raises=TimeoutError,
-)
 def test_it_serves_both_digits_versions_with_their_own_accuracy(infera_server: ServerProcess):
     assert infera_server.wait_for("/v2/health/ready", 200, timeout=120) == 200
     _, _, test_x, test_y = digits_split()

@@ -12,7 +12,12 @@ from engine.config import DynamicBatching, InstanceGroup, SequenceBatching
 from engine.errors import InvalidArgument
 from engine.lifecycle import ModelManager
 from engine.types import InferenceRequest
-from tests.engine.test_lifecycle import ScaleBackend, make_config, version_dir  # noqa: F401 - registers the backend
+from tests.engine.test_lifecycle import (  # noqa: F401 - the autouse fixture resets the registered backend
+    ScaleBackend,
+    make_config,
+    reset_backend,
+    version_dir,
+)
 
 
 def sequence_request(sid, value, start=False, end=False) -> InferenceRequest:
@@ -24,16 +29,6 @@ def sequence_request(sid, value, start=False, end=False) -> InferenceRequest:
         sequence_start=start,
         sequence_end=end,
     )
-
-
-@pytest.fixture(autouse=True)
-def reset_backend():
-    ScaleBackend.gate = None
-    ScaleBackend.batches = []
-    yield
-    if ScaleBackend.gate is not None:
-        ScaleBackend.gate.set()
-    ScaleBackend.gate = None
 
 
 async def test_it_keeps_each_sequence_on_one_instance_and_refuses_a_sequence_without_start(tmp_path):

@@ -19,13 +19,16 @@ from django.conf import settings  # noqa: E402
 from console.accounts.inference_auth import v2_authenticator_from_settings  # noqa: E402
 from console.composition import InferaApplication, build_engine  # noqa: E402
 from console.monitoring.live import metrics_app  # noqa: E402
+from console.registry.v2_hooks import RegistryRepositoryControl  # noqa: E402
 from console.routing import websocket_urlpatterns  # noqa: E402
 
-server, engine_application = build_engine(settings.INFERA_MODEL_STORE)
-if hasattr(engine_application, "authenticate"):  # the V2App (the placeholder has no hook); health stays open
-    engine_application.authenticate = v2_authenticator_from_settings()
-if server is not None:  # /metrics is answered here, every other engine path by the v2 front end
-    engine_application = metrics_app(server, fallback=engine_application)
+server, engine_application = build_engine(
+    settings.INFERA_MODEL_STORE,
+    authenticate=v2_authenticator_from_settings(),  # health endpoints stay open
+    repository_control=RegistryRepositoryControl(),  # v2 load/unload change the registry's desired state
+)
+# /metrics is answered here, every other engine path by the v2 front end
+engine_application = metrics_app(server, fallback=engine_application)
 
 application = InferaApplication(
     django_app=django_application,

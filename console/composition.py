@@ -8,7 +8,6 @@ at once and /v2/health/ready says 200 only when they are in.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
@@ -35,50 +34,18 @@ def is_engine_path(path: str) -> bool:
     return any(path == prefix or path.startswith(prefix + "/") for prefix in ENGINE_PATHS)
 
 
-def build_engine(model_store: Path) -> tuple[InferenceServer | None, ASGIApp]:
-    """The InferenceServer over `model_store` and the ASGI app answering /v2 and /metrics for it.
+def build_engine(
+    model_store: Path,
+    *,
+    authenticate: Callable[[Scope], Awaitable[bool]] | None = None,
+    repository_control: Any = None,
+) -> tuple[InferenceServer, ASGIApp]:
+    """The InferenceServer over `model_store` and the v2 ASGI app serving it, with the console's hooks."""
+    from engine.frontend import V2App
+    from engine.server import InferenceServer
 
-    While the engine is being built, a missing engine module leaves a placeholder that answers 501 and says
-    which module is missing; any other error in the engine stops start-up with its traceback.
-    """
-    try:
-        from engine.server import InferenceServer
-    except ModuleNotFoundError as exc:
-        return None, _placeholder(None, exc)
     server = InferenceServer(model_store)
-    try:
-        from engine.frontend import V2App
-    except ModuleNotFoundError as exc:
-        return server, _placeholder(server, exc)
-    return server, V2App(server)
-
-
-def _placeholder(server: InferenceServer | None, error: ModuleNotFoundError) -> PlaceholderEngineApp:
-    if not (error.name or "").startswith("engine"):
-        raise error  # a third-party package is missing: that is an installation error, not work in progress
-    logger.error("the v2 API is not available: %s", error)
-    return PlaceholderEngineApp(server, f"engine module '{error.name}' is missing")
-
-
-class PlaceholderEngineApp:
-    """Stands in for the v2 front end while it is missing: health from the server, 501 for the rest."""
-
-    def __init__(self, server: InferenceServer | None, missing: str) -> None:
-        self.server = server
-        self.missing = missing
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope["path"]
-        if path == "/v2/health/live":
-            status, body = (200, {}) if self.server is not None and self.server.is_live() else (503, {})
-        elif path == "/v2/health/ready":
-            status, body = (200, {}) if self.server is not None and self.server.is_ready() else (503, {})
-        else:
-            status, body = 501, {"error": f"the v2 API is not available: {self.missing}"}
-        payload = json.dumps(body).encode() if body else b""
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": payload})
+    return server, V2App(server, authenticate=authenticate, repository_control=repository_control)
 
 
 class InferaApplication:

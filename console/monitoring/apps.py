@@ -14,6 +14,7 @@ class MonitoringConfig(AppConfig):
 
     def ready(self) -> None:
         from console import engine_link
-        from console.monitoring.live import start_monitoring_hook
+        from console.monitoring.live import start_monitoring_hook, stop_monitoring_hook
 
         engine_link.on_engine_started(start_monitoring_hook)
+        engine_link.on_engine_stopping(stop_monitoring_hook)

@@ -101,6 +101,11 @@ async def stop_monitoring() -> None:
         await _sampler.stop()
 
 
+async def stop_monitoring_hook(server: InferenceServer) -> None:
+    """engine_link's stopping hook: the sampler ends before the engine it reads."""
+    await stop_monitoring()
+
+
 def metrics_app(server: InferenceServer, fallback: ASGIApp | None = None) -> MetricsApp:
     """/metrics over the process's sampler; every other path goes to `fallback` (the v2 front end)."""
     return MetricsApp(server, sampler_for(server), fallback=fallback)

@@ -174,8 +174,11 @@ class MetricsSampler:
         next_at = loop.time()
         while True:
             # NVML and psutil calls block; off the event loop so inference is not held up
-            devices = await asyncio.to_thread(self.devices.sample)
-            await self.publish(self.sample(devices=devices))
+            try:
+                devices = await asyncio.to_thread(self.devices.sample)
+                await self.publish(self.sample(devices=devices))
+            except Exception:  # noqa: BLE001 - one bad tick must not end live monitoring
+                log.exception("a metrics sample failed; sampling goes on")
             next_at += self.interval
             delay = next_at - loop.time()
             if delay < 0:  # we fell behind (a busy loop): skip missed ticks rather than burst

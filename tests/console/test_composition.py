@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from console import engine_link
-from console.composition import InferaApplication, PlaceholderEngineApp, is_engine_path
+from console.composition import InferaApplication, is_engine_path
 
 
 class RecordingApp:
@@ -133,16 +133,6 @@ async def test_it_records_why_the_engine_failed_to_start():
         await app.begin_startup()
     await asyncio.sleep(0)  # done-callbacks run on the next turn of the loop
     assert engine_link.startup_failure() == "OSError: model store unreadable"
-
-
-async def test_the_placeholder_answers_health_from_the_server_and_501_otherwise():
-    server = SlowStartServer()
-    placeholder = PlaceholderEngineApp(server, "engine module 'engine.frontend' is missing")
-    live = await call(placeholder, {"type": "http", "path": "/v2/health/live"})
-    ready = await call(placeholder, {"type": "http", "path": "/v2/health/ready"})
-    other = await call(placeholder, {"type": "http", "path": "/v2/models/simple"})
-    assert [live[0]["status"], ready[0]["status"], other[0]["status"]] == [200, 503, 501]
-    assert b"engine.frontend" in other[1]["body"]
 
 
 async def test_it_runs_hooks_after_start_and_before_stop():

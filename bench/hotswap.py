@@ -66,11 +66,15 @@ def console_switcher(base_url: str, token: str) -> Switcher:
 
 
 def repository_switcher(base_url: str) -> Switcher:
-    """Switch through the v2 repository extension: reload with a version policy naming the one version."""
+    """Switch through the v2 repository extension: reload with a version policy naming the one version, then
+    wait until unversioned requests are answered by it."""
+    zeros = {"inputs": [{"name": "INPUT0", "shape": [1, 64], "datatype": "FP32", "data": [0.0] * 64}]}
+    infer = f"{base_url}/v2/models/{MLP_SMALL.name}/infer"
 
     def switch(version: int) -> None:
         config = json.dumps({"version_policy": {"specific": {"versions": [version]}}})
         _call(f"{base_url}/v2/repository/models/{MLP_SMALL.name}/load", {"parameters": {"config": config}}, {})
+        _wait_for(lambda: _call(infer, zeros, {}).get("model_version") == str(version), f"serving version {version}")
 
     return switch
 

@@ -42,14 +42,18 @@ class InferenceServer:
         self._temp_dirs: dict[str, Path] = {}
 
     async def start(self, load_models: bool = True) -> None:
-        """Start serving; with `load_models`, load every model in the repository (failures are logged)."""
-        self._started = True
+        """Start serving; with `load_models`, load every model in the repository (failures are logged).
+
+        Ready (Triton's /v2/health/ready) only once that first load is over, so a load balancer sends no
+        traffic to a replica that would still answer "unknown model".
+        """
         if load_models and self.repository is not None:
             for name in self.repository.model_names():
                 try:
                     await self.load_model(name)
                 except InferaError as exc:
                     log.error("%s", exc.message)
+        self._started = True
 
     async def stop(self) -> None:
         self._started = False

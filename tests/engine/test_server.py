@@ -47,3 +47,38 @@ async def test_it_loads_a_partial_config_override_completed_from_the_model(tmp_p
         assert meta["inputs"][0] == {"name": "INPUT0", "datatype": "INT32", "shape": [-1, 16]}
     finally:
         await server.stop()
+
+
+async def test_it_is_ready_only_after_the_start_up_load(tmp_path):
+    import asyncio
+    import threading
+
+    from engine.backends import Backend, register_backend
+
+    loading, release = threading.Event(), threading.Event()
+
+    @register_backend
+    class GatedBackend(Backend):
+        name = "test_gated"
+
+        def load(self) -> None:
+            loading.set()
+            release.wait(timeout=10)
+
+        def execute(self, batch):
+            return batch
+
+    model = tmp_path / "gated"
+    (model / "1").mkdir(parents=True)
+    (model / "config.pbtxt").write_text(
+        'backend: "test_gated"\ndefault_model_filename: "weights"\n'
+        'input { name: "X" data_type: TYPE_FP32 dims: [1] }\noutput { name: "X" data_type: TYPE_FP32 dims: [1] }\n'
+    )
+    server = InferenceServer(tmp_path, gpu_count=0)
+    starting = asyncio.create_task(server.start())
+    await asyncio.to_thread(loading.wait, 10)
+    assert not server.is_ready()
+    release.set()
+    await starting
+    assert server.is_ready() and server.model_ready("gated")
+    await server.stop()

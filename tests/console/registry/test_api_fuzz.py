@@ -1,0 +1,32 @@
+"""Schemathesis against the registry API (models, versions, actions, audit): junk answers 4xx, never 500."""
+
+from __future__ import annotations
+
+import pytest
+import schemathesis
+from django.core.wsgi import get_wsgi_application
+from hypothesis import HealthCheck
+from hypothesis import settings as hypothesis_settings
+from schemathesis.checks import not_a_server_error
+
+from console.accounts.roles import Role
+from console.accounts.tokens import issue_token
+from tests.console.accounts.conftest import make_user
+
+schema = schemathesis.openapi.from_wsgi("/api/schema/", get_wsgi_application()).include(
+    path_regex=r"^/api/(models|audit)/"
+)
+
+
+@pytest.fixture
+def admin_key(db, settings):
+    """An admin's token (every operation allowed, so the inputs are what gets fuzzed), and no 429s."""
+    settings.INFERA_API_RATE = "100000/min"
+    _, key = issue_token(make_user("fuzz-admin", Role.ADMIN), "fuzz")
+    return key
+
+
+@schema.parametrize()
+@hypothesis_settings(max_examples=20, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+def test_it_never_answers_500(case, admin_key):
+    case.call_and_validate(headers={"Authorization": f"Bearer {admin_key}"}, checks=[not_a_server_error])

@@ -7,6 +7,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import orjson
+
 from engine import __version__
 from engine.config import ModelConfig
 from engine.config_format import config_to_dict, parse_config_json
@@ -220,8 +222,6 @@ def _config_override(name: str, config: dict | str | None) -> dict | None:
         return None
     if isinstance(config, dict):
         return config
-    import orjson
-
     try:
         value = orjson.loads(config)
     except orjson.JSONDecodeError as exc:

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from engine.errors import InvalidArgument
+from engine.errors import InferaError, InvalidArgument
 from engine.frontend.routes import Route, parse_version
 from engine.protocol import (
     choose_response_encoding,
@@ -106,14 +106,18 @@ async def infer(server: InferenceServer, incoming: Incoming) -> Reply:
     route = incoming.route
     version = parse_version(route.version)
     served = server.get_model(route.model, version)
-    body = decompress_body(incoming.body, incoming.content_encoding, incoming.max_body_bytes)
-    request = decode_infer_request(
-        body,
-        parse_header_length(incoming.header_length),
-        served.config,
-        model_name=route.model,
-        model_version=version,
-    )
+    try:
+        body = decompress_body(incoming.body, incoming.content_encoding, incoming.max_body_bytes)
+        request = decode_infer_request(
+            body,
+            parse_header_length(incoming.header_length),
+            served.config,
+            model_name=route.model,
+            model_version=version,
+        )
+    except InferaError:
+        served.stats.record_failure(0)  # a request refused before queueing is still a failed request (as Triton)
+        raise
     response = await server.infer(request)
     payload, header_length = encode_infer_response(response, request, batched=served.config.max_batch_size > 0)
     reply = Reply(200, payload)

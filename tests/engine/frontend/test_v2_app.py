@@ -219,3 +219,12 @@ async def test_it_sends_repository_load_and_unload_to_the_owner_of_the_desired_s
     assert (await call(app, "POST", "/v2/repository/models/simple/unload")).status == 200
     assert not v2_server.model_ready("simple")  # not claimed: the engine unloaded it itself
     assert control.calls == [("load", "claimed"), ("unload", "claimed"), ("unload", "simple")]
+
+
+async def test_it_counts_a_request_refused_before_queueing_as_a_failure(v2_server):
+    app = V2App(v2_server)
+    before = v2_server.statistics("simple")["model_stats"][0]["inference_stats"]["fail"]["count"]
+    bad = orjson.dumps({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 16], "data": [0.0] * 16}]})
+    assert (await call(app, "POST", "/v2/models/simple/infer", bad)).status == 400
+    after = v2_server.statistics("simple")["model_stats"][0]["inference_stats"]["fail"]["count"]
+    assert after == before + 1

@@ -44,6 +44,7 @@ def build_engine(
     from engine.frontend import V2App
     from engine.server import InferenceServer
 
+    Path(model_store).mkdir(parents=True, exist_ok=True)  # a new install starts with an empty store, not none
     server = InferenceServer(model_store)
     return server, V2App(server, authenticate=authenticate, repository_control=repository_control)
 

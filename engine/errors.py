@@ -21,6 +21,12 @@ class ModelNotFound(InvalidArgument):
     """An unknown model or version (Triton answers 400, not 404)."""
 
 
+class Forbidden(InferaError):
+    """The caller is known but may not do this (HTTP 403)."""
+
+    status = 403
+
+
 class Unavailable(InferaError):
     """The model is not ready or its queue is full (HTTP 503)."""
 

@@ -18,12 +18,11 @@ from console import engine_link
 from console.registry.models import AuditEvent, RegisteredModel, VersionState
 from console.registry.reconciler import reconcile_model
 from console.registry.services import notify_changed
+from console.registry.v2_access import V2_ACTOR, authorize_change, carries_code
 from engine.errors import LoadError
 
 if TYPE_CHECKING:
     from engine.server import InferenceServer
-
-V2_ACTOR = "v2 API"
 
 
 async def on_v2_load(
@@ -99,10 +98,18 @@ def _failure_of(name: str, numbers: list[int]) -> str:
 
 
 class RegistryRepositoryControl:
-    """The engine's RepositoryControl backed by the registry: v2 load/unload change the console's desired state."""
+    """The engine's RepositoryControl backed by the registry: v2 load/unload change the console's desired state.
 
-    async def load(self, name: str, *, config: Any = None, files: dict[str, bytes] | None = None) -> bool:
-        return await on_v2_load(name, config=config, files=files)
+    The caller is checked first (v2_access): an inference or viewer token may not change models, and only admins
+    may load code.
+    """
 
-    async def unload(self, name: str) -> bool:
-        return await on_v2_unload(name)
+    async def load(
+        self, name: str, *, config: Any = None, files: dict[str, bytes] | None = None, scope: Any = None
+    ) -> bool:
+        caller = await authorize_change(scope, name, code=carries_code(config, files))
+        return await on_v2_load(name, config=config, files=files, actor=caller.actor)
+
+    async def unload(self, name: str, *, scope: Any = None) -> bool:
+        caller = await authorize_change(scope, name)
+        return await on_v2_unload(name, actor=caller.actor)

@@ -38,17 +38,21 @@ class Incoming:
     header_length: bytes | None = None
     max_body_bytes: int = 0
     repository_control: RepositoryControl | None = None
+    scope: Any = None
 
 
 class RepositoryControl(Protocol):
     """Who owns the desired state of models (the console's registry): repository load/unload go there first.
 
-    Each returns True when it handled the request, False to let the engine load or unload by itself.
+    Each returns True when it handled the request, False to let the engine load or unload by itself; it may
+    refuse the caller (Forbidden) after reading who sent the request from the ASGI `scope`.
     """
 
-    async def load(self, name: str, *, config: Any = None, files: dict[str, bytes] | None = None) -> bool: ...
+    async def load(
+        self, name: str, *, config: Any = None, files: dict[str, bytes] | None = None, scope: Any = None
+    ) -> bool: ...
 
-    async def unload(self, name: str) -> bool: ...
+    async def unload(self, name: str, *, scope: Any = None) -> bool: ...
 
 
 @dataclass(slots=True)
@@ -172,7 +176,7 @@ async def repository_load(server: InferenceServer, incoming: Incoming) -> Reply:
         except (binascii.Error, ValueError):
             raise InvalidArgument(f"failed to load '{name}': parameter '{key}' is not valid base64") from None
     control = incoming.repository_control
-    if control is not None and await control.load(name, config=config, files=files or None):
+    if control is not None and await control.load(name, config=config, files=files or None, scope=incoming.scope):
         return EMPTY_OK
     await server.load_model(name, config=config, files=files or None)
     return EMPTY_OK
@@ -181,7 +185,7 @@ async def repository_load(server: InferenceServer, incoming: Incoming) -> Reply:
 async def repository_unload(server: InferenceServer, incoming: Incoming) -> Reply:
     _parameters(_optional_json(incoming))
     control = incoming.repository_control
-    if control is not None and await control.unload(incoming.route.model):
+    if control is not None and await control.unload(incoming.route.model, scope=incoming.scope):
         return EMPTY_OK
     await server.unload_model(incoming.route.model)
     return EMPTY_OK

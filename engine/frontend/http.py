@@ -76,7 +76,11 @@ class V2App:
                 if not await self.authenticate(scope):
                     raise Unauthorized("authentication required: send 'Authorization: Bearer <token>'")
             incoming = Incoming(
-                route=route, body=b"", max_body_bytes=self.max_body_bytes, repository_control=self.repository_control
+                route=route,
+                body=b"",
+                max_body_bytes=self.max_body_bytes,
+                repository_control=self.repository_control,
+                scope=scope,
             )
             _read_headers(scope, incoming, self.max_body_bytes)
             if route.method == "POST":

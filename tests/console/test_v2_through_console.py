@@ -76,10 +76,23 @@ def test_it_needs_a_token_for_inference_but_not_for_health(token_server):
     assert result.as_numpy("OUTPUT0").tolist() == [list(range(1, 17))]
 
 
-def test_it_turns_v2_unload_and_load_into_the_registry_desired_state(token_server):
-    server, key, admin_key = token_server
+def test_it_refuses_model_changes_from_an_inference_token(token_server):
+    server, key, _ = token_server
     client = httpclient.InferenceServerClient(server.base_url.removeprefix("http://"))
     headers = {"Authorization": f"Bearer {key}"}
+    with pytest.raises(InferenceServerException, match="role 'inference' may not load or unload models"):
+        client.unload_model("simple", headers=headers)
+    code = {"file:1/model.py": b"class TritonPythonModel: pass\n"}
+    config = '{"backend": "python", "input": [], "output": []}'
+    with pytest.raises(InferenceServerException, match="may not load or unload"):
+        client.load_model("intruder", headers=headers, config=config, files=code)
+    wait_until_ready(client, headers, "simple", True)
+
+
+def test_it_turns_v2_unload_and_load_into_the_registry_desired_state(token_server):
+    server, _, admin_key = token_server
+    client = httpclient.InferenceServerClient(server.base_url.removeprefix("http://"))
+    headers = {"Authorization": f"Bearer {admin_key}"}
     wait_until_ready(client, headers, "simple", True)
     client.unload_model("simple", headers=headers)
     wait_until_ready(client, headers, "simple", False)

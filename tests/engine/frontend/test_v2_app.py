@@ -202,11 +202,11 @@ class RecordingControl:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []
 
-    async def load(self, name, *, config=None, files=None) -> bool:
+    async def load(self, name, *, config=None, files=None, scope=None) -> bool:
         self.calls.append(("load", name))
         return name == "claimed"
 
-    async def unload(self, name) -> bool:
+    async def unload(self, name, *, scope=None) -> bool:
         self.calls.append(("unload", name))
         return name == "claimed"
 

@@ -40,6 +40,11 @@ CSRF_TRUSTED_ORIGINS = env_list("INFERA_CSRF_TRUSTED_ORIGINS", [])
 
 INFERA_MAX_UPLOAD_MB = env_int("INFERA_MAX_UPLOAD_MB", 512, minimum=1, maximum=1024 * 1024)
 INFERA_MAX_UPLOAD_BYTES = INFERA_MAX_UPLOAD_MB * 1024 * 1024
+# an archive may unpack to this much, in this many members (zip bombs and member floods stop here)
+INFERA_MAX_UNPACKED_MB = env_int("INFERA_MAX_UNPACKED_MB", 4 * INFERA_MAX_UPLOAD_MB, minimum=1)
+INFERA_MAX_ARCHIVE_MEMBERS = env_int("INFERA_MAX_ARCHIVE_MEMBERS", 10_000, minimum=1)
+# the reconciler's period: how soon a replica that missed a change message converges anyway
+INFERA_RECONCILE_SECONDS = env_int("INFERA_RECONCILE_SECONDS", 10, minimum=1, maximum=3600)
 
 INSTALLED_APPS = [
     "django.contrib.admin",

@@ -58,7 +58,7 @@ class DeviceSampler:
 
     def __init__(self, *, use_nvml: bool | None = None) -> None:
         if use_nvml is None:
-            use_nvml = os.environ.get("INFERA_DISABLE_NVML", "") not in ("1", "true", "yes")
+            use_nvml = not _disabled_by_env()
         self._nvml: Any = _init_nvml() if use_nvml else None
         if self._nvml is None:
             _log_absence_once("GPU monitoring is off: NVML is disabled")
@@ -156,3 +156,13 @@ def _log_absence_once(message: str) -> None:
     if not _absence_logged:
         _absence_logged = True
         log.info("%s; showing CPU and memory instead", message)
+
+
+def _disabled_by_env() -> bool:
+    """INFERA_DISABLE_NVML as a strict boolean: a value that is not one is an error naming the variable."""
+    value = os.environ.get("INFERA_DISABLE_NVML", "").strip().lower()
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    if value in ("1", "true", "yes", "on"):
+        return True
+    raise ValueError(f"INFERA_DISABLE_NVML must be a boolean (true/false, 1/0, yes/no, on/off), got {value!r}")

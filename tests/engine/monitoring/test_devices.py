@@ -49,3 +49,16 @@ def test_it_samples_whatever_this_machine_has_without_raising(fresh_log):
         assert gpu.utilization is None or 0.0 <= gpu.utilization <= 1.0
         assert gpu.memory_total_bytes is None or gpu.memory_total_bytes > 0
     assert sampler.has_gpu == bool(sample.gpus)
+
+
+def test_it_reads_infera_disable_nvml_strictly(monkeypatch):
+    import pytest
+
+    from engine.monitoring.devices import _disabled_by_env
+
+    for value, disabled in (("", False), ("0", False), ("false", False), ("1", True), ("yes", True), ("ON", True)):
+        monkeypatch.setenv("INFERA_DISABLE_NVML", value)
+        assert _disabled_by_env() is disabled
+    monkeypatch.setenv("INFERA_DISABLE_NVML", "maybe")
+    with pytest.raises(ValueError, match="INFERA_DISABLE_NVML must be a boolean"):
+        _disabled_by_env()

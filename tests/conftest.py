@@ -75,6 +75,15 @@ class ServerProcess:
         return seen
 
 
+def sign_in(page: object, server: ServerProcess) -> None:
+    """Sign the browser page in as the server's admin through the sign-in form, as a person would."""
+    page.goto(server.base_url + "/accounts/login/")  # type: ignore[attr-defined]
+    page.fill("input[name=username]", server.admin_username)  # type: ignore[attr-defined]
+    page.fill("input[name=password]", server.admin_password)  # type: ignore[attr-defined]
+    page.click("button[type=submit]")  # type: ignore[attr-defined]
+    page.wait_for_url(server.base_url + "/")  # type: ignore[attr-defined]
+
+
 def free_port() -> int:
     """A TCP port nothing listens on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

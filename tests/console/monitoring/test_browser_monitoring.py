@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import ARTIFACTS, ServerProcess
+from tests.conftest import ARTIFACTS, ServerProcess, sign_in
 from tests.console.monitoring.conftest import steady_load
 
 pytestmark = [pytest.mark.browser, pytest.mark.server]
@@ -18,14 +18,6 @@ TRACE = """([chart, name]) => {
   if (!trace) return { points: -1, peak: 0 };
   return { points: trace.x.length, peak: Math.max(0, ...trace.y.filter((y) => y !== null)) };
 }"""
-
-
-def sign_in(page, server: ServerProcess) -> None:
-    page.goto(server.base_url + "/accounts/login/")
-    page.fill("input[name=username]", server.admin_username)
-    page.fill("input[name=password]", server.admin_password)
-    page.click("button[type=submit]")
-    page.wait_for_url(server.base_url + "/")
 
 
 def open_monitoring(page, server: ServerProcess) -> list[str]:

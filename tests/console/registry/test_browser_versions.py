@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from tests.conftest import ServerProcess, engine_front_end_missing
+from tests.conftest import ServerProcess, engine_front_end_missing, sign_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.server]
 
@@ -21,14 +21,6 @@ DROP_FILE = """([name, encoded]) => {
   zone.dispatchEvent(new DragEvent("dragover", { dataTransfer: transfer, bubbles: true, cancelable: true }));
   zone.dispatchEvent(new DragEvent("drop", { dataTransfer: transfer, bubbles: true, cancelable: true }));
 }"""
-
-
-def sign_in(page, server: ServerProcess) -> None:
-    page.goto(server.base_url + "/accounts/login/")
-    page.fill("input[name=username]", server.admin_username)
-    page.fill("input[name=password]", server.admin_password)
-    page.click("button[type=submit]")
-    page.wait_for_url(server.base_url + "/")
 
 
 def click_confirmed(page, selector: str) -> None:

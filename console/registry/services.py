@@ -230,7 +230,11 @@ def activate(actor: Any, version: ModelVersion) -> ModelVersion:
             "activated" + (" (load it first)" if version.state == VersionState.UNLOADED else "")
         )
     with transaction.atomic():
-        model = RegisteredModel.objects.select_for_update().select_related("active_version").get(pk=version.model_id)
+        model = (
+            RegisteredModel.objects.select_for_update(of=("self",))
+            .select_related("active_version")
+            .get(pk=version.model_id)
+        )
         previous = model.active_number
         model.active_version = version
         model.save(update_fields=["active_version"])

@@ -64,3 +64,20 @@ def api_client_for(user) -> APIClient:
     client = APIClient()
     client.force_authenticate(user)
     return client
+
+
+@pytest.fixture
+def wsgi_keeps_test_connection():
+    """Let a real WSGI app (schemathesis' from_wsgi) run inside a test's transaction, as Django's test client does.
+
+    Django closes the database connection when a request finishes; on PostgreSQL that would close the test's own
+    connection mid-test (an in-memory SQLite one is never closed, which hides it).
+    """
+    from django.core.signals import request_finished, request_started
+    from django.db import close_old_connections
+
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    yield
+    request_started.connect(close_old_connections)
+    request_finished.connect(close_old_connections)

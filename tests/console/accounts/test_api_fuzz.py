@@ -19,7 +19,7 @@ schema = schemathesis.openapi.from_wsgi("/api/schema/", get_wsgi_application()).
 
 
 @pytest.fixture
-def admin_key(db, settings_override):
+def admin_key(db, settings_override, wsgi_keeps_test_connection):
     """A token of an admin (every operation is allowed, so the bodies are what gets fuzzed)."""
     _, key = issue_token(make_user("fuzz-admin", Role.ADMIN), "fuzz")
     make_user("fuzz-viewer", Role.VIEWER)

@@ -21,6 +21,7 @@ admin = accounts_cast.admin
 operator = accounts_cast.operator
 viewer = accounts_cast.viewer
 clean_caches = accounts_cast.clean_caches
+wsgi_keeps_test_connection = accounts_cast.wsgi_keeps_test_connection
 
 
 @pytest.fixture(autouse=True)

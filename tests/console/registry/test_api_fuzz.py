@@ -19,7 +19,7 @@ schema = schemathesis.openapi.from_wsgi("/api/schema/", get_wsgi_application()).
 
 
 @pytest.fixture
-def admin_key(db, settings):
+def admin_key(db, settings, wsgi_keeps_test_connection):
     """An admin's token (every operation allowed, so the inputs are what gets fuzzed), and no 429s."""
     settings.INFERA_API_RATE = "100000/min"
     _, key = issue_token(make_user("fuzz-admin", Role.ADMIN), "fuzz")

@@ -26,18 +26,10 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 IMAGES = REPO_ROOT / "docs" / "images"
-CHROMIUM = Path("/usr/bin/chromium")
-# no sandbox as root, and no background calls to hosts a closed network refuses
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+sys.path.insert(0, str(REPO_ROOT))  # run as a script from anywhere: the tests' browser settings are shared
+
+from tests.browser import CHROMIUM, CHROMIUM_ARGS  # noqa: E402
+
 VIEWPORT = {"width": 1280, "height": 800}
 ADMIN_PASSWORD = "screenshots-Admin-2026"
 START_TIMEOUT_S = 300  # migrate, torch import and training the digits demo on a small, busy machine

@@ -18,20 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.browser import CHROMIUM, CHROMIUM_ARGS
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = REPO_ROOT / "test-artifacts"
-CHROMIUM = Path("/usr/bin/chromium")
-# the flags this machine needs: no sandbox as root, and no background calls to hosts the closed network refuses
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 ADMIN_PASSWORD = "infera-test-admin-password"
 SERVER_START_TIMEOUT_S = 180  # migrate + torch import + training the digits demo on two busy cores
 

@@ -3,18 +3,27 @@
 from __future__ import annotations
 
 import functools
+from typing import Any
+
+
+def nvml() -> tuple[Any, str | None]:
+    """(the initialised pynvml module, None), or (None, why not) when NVML or a driver is absent."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception as exc:  # noqa: BLE001 - no driver or no library: a machine without a GPU
+        return None, str(exc)
+    return pynvml, None
 
 
 @functools.cache
 def gpu_count() -> int:
     """The number of NVIDIA GPUs NVML reports, or 0 when NVML or a driver is absent."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-    except Exception:  # noqa: BLE001 - a machine without a driver simply has no GPU
+    library, _ = nvml()
+    if library is None:
         return 0
     try:
-        return int(pynvml.nvmlDeviceGetCount())
+        return int(library.nvmlDeviceGetCount())
     except Exception:  # noqa: BLE001
         return 0

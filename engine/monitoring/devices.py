@@ -13,6 +13,8 @@ from typing import Any
 
 import psutil
 
+from engine.devices import nvml
+
 log = logging.getLogger("engine.monitoring")
 
 _absence_logged = False
@@ -128,14 +130,10 @@ def _busy_and_total(now: Any, before: Any) -> tuple[float, float]:
 
 
 def _init_nvml() -> Any:
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-    except Exception as exc:  # noqa: BLE001 - no driver or no library: a machine without a GPU
-        _log_absence_once(f"GPU monitoring is off: no NVIDIA driver found ({exc})")
-        return None
-    return pynvml
+    library, why_not = nvml()
+    if library is None:
+        _log_absence_once(f"GPU monitoring is off: no NVIDIA driver found ({why_not})")
+    return library
 
 
 def _read(read: Any) -> Any:

@@ -26,26 +26,22 @@ def token_server(tmp_path_factory: pytest.TempPathFactory):
     env = {"INFERA_INFERENCE_AUTH": "token", "INFERA_DISABLE_NVML": "1"}
     with serve_process(var_dir, "--no-seed", env=env) as server:
         shell_env = {**os.environ, **env, "INFERA_VAR_DIR": str(var_dir)}
-        for command in (["seed_demo"], ["create_user", "client", "--role", "inference"]):
-            subprocess.run([sys.executable, "manage.py", *command], cwd=REPO_ROOT, env=shell_env, check=True)
-        issued = subprocess.run(
-            [sys.executable, "manage.py", "issue_token", "client"],
-            cwd=REPO_ROOT,
-            env=shell_env,
-            check=True,
-            capture_output=True,
-            text=True,
-        )
-        key = issued.stdout.strip().splitlines()[-1]
-        operator = subprocess.run(
-            [sys.executable, "manage.py", "issue_token", "admin"],
-            cwd=REPO_ROOT,
-            env=shell_env,
-            check=True,
-            capture_output=True,
-            text=True,
-        )
-        yield server, key, operator.stdout.strip().splitlines()[-1]
+
+        def manage(*command: str) -> str:
+            """Run a management command against the server's var/; its last output line."""
+            done = subprocess.run(
+                [sys.executable, "manage.py", *command],
+                cwd=REPO_ROOT,
+                env=shell_env,
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+            return done.stdout.strip().splitlines()[-1]
+
+        manage("seed_demo")
+        manage("create_user", "client", "--role", "inference")
+        yield server, manage("issue_token", "client"), manage("issue_token", "admin")
 
 
 def simple_inputs() -> list[httpclient.InferInput]:

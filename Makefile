@@ -29,6 +29,7 @@ bench: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/bandit -q -r engine console -x engine/proto
 
 format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .

@@ -1,13 +1,15 @@
-"""Run the ASGI app under daphne, starting and stopping the engine with the reactor (daphne sends no lifespan)."""
+"""Run the console under daphne, starting and stopping the runtime with the reactor (daphne sends no lifespan)."""
 
 from __future__ import annotations
 
 import asyncio
 import sys
 
+from django.conf import settings
+
 
 def run_daphne(host: str, port: int, *, access_log: bool = True) -> None:
-    """Serve `console.asgi:application` with daphne in the foreground until interrupted."""
+    """Serve the console application with daphne in the foreground until interrupted."""
     # daphne.server installs Twisted's asyncio reactor; it must be imported before anything touches Twisted
     from daphne.server import Server  # isort: skip
 
@@ -15,19 +17,28 @@ def run_daphne(host: str, port: int, *, access_log: bool = True) -> None:
     from daphne.endpoints import build_endpoint_description_strings
     from twisted.internet import defer, reactor
 
-    from console.asgi import application
+    from console.access_log import MaskedAccessLog
+    from console.accounts.inference_auth import resolve_mode
+    from console.composition import build_application
+    from console.daphne_limits import limit_request_bodies
 
-    def start_engine() -> None:
+    application = build_application(settings.INFERA, listen_host=host)
+    lifespan = application.runtime.lifespan
+
+    def start_runtime() -> None:
         # called before the reactor runs; call_soon defers the start until the loop is running
-        asyncio.get_event_loop().call_soon(application.begin_startup)
+        asyncio.get_event_loop().call_soon(lifespan.begin)
 
-    def stop_engine() -> defer.Deferred:
-        return defer.Deferred.fromFuture(asyncio.ensure_future(application.shutdown()))
+    def stop_runtime() -> defer.Deferred:
+        return defer.Deferred.fromFuture(asyncio.ensure_future(lifespan.shutdown()))
 
-    reactor.addSystemEventTrigger("before", "shutdown", stop_engine)
-    Server(
+    reactor.addSystemEventTrigger("before", "shutdown", stop_runtime)
+    server = Server(
         application=application,
         endpoints=build_endpoint_description_strings(host=host, port=port),
-        action_logger=AccessLogGenerator(sys.stdout) if access_log else None,
-        ready_callable=start_engine,
-    ).run()
+        action_logger=AccessLogGenerator(MaskedAccessLog(sys.stdout)) if access_log else None,
+        ready_callable=start_runtime,
+    )
+    needs_token = resolve_mode(settings.INFERA.inference_auth, host) == "token"
+    limit_request_bodies(server, settings.INFERA, v2_needs_token=needs_token)
+    server.run()

@@ -12,8 +12,7 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
+from engine.settings import SettingError, parse_bool, read_text
 
 
 class EnvError(ImproperlyConfigured):
@@ -22,20 +21,11 @@ class EnvError(ImproperlyConfigured):
 
 def env_str(name: str, default: str | None = None, *, environ: Mapping[str, str] | None = None) -> str | None:
     """The variable's text (or the content of the file `<name>_FILE` points at), else `default`."""
-    environ = os.environ if environ is None else environ
-    file_name = f"{name}_FILE"
-    direct, file_path = environ.get(name), environ.get(file_name)
-    if direct is not None and file_path is not None:
-        raise EnvError(f"{name} and {file_name} are both set; set only one of them")
-    if file_path is not None:
-        try:
-            # one trailing newline is how editors and `echo` save a secret; it is never part of it
-            return Path(file_path).read_text(encoding="utf-8").removesuffix("\n").removesuffix("\r")
-        except OSError as exc:
-            raise EnvError(f"{file_name}: cannot read '{file_path}': {exc.strerror or exc}") from exc
-    if direct is not None:
-        return direct
-    return default
+    try:
+        value = read_text(name, os.environ if environ is None else environ)
+    except SettingError as exc:
+        raise EnvError(str(exc)) from None
+    return default if value is None else value
 
 
 def env_bool(name: str, default: bool, *, environ: Mapping[str, str] | None = None) -> bool:
@@ -43,12 +33,10 @@ def env_bool(name: str, default: bool, *, environ: Mapping[str, str] | None = No
     raw = env_str(name, environ=environ)
     if raw is None or raw.strip() == "":
         return default
-    value = raw.strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise EnvError(f"{name} must be a boolean (true/false, 1/0, yes/no, on/off), got {raw!r}")
+    try:
+        return parse_bool(name, raw)
+    except SettingError as exc:
+        raise EnvError(str(exc)) from None
 
 
 def env_int(

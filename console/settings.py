@@ -1,4 +1,4 @@
-"""Django settings for Infera, read from environment variables through strict helpers (see console/env.py).
+"""Django settings for Infera, derived from the one InferaSettings object (console/config.py).
 
 Every value a person sets lives in an `INFERA_*` variable (or DATABASE_URL / REDIS_URL); a wrong one stops
 start-up with a message naming the variable. Unset, everything points under var/ for the embedded demo.
@@ -6,45 +6,24 @@ start-up with a message naming the variable. Unset, everything points under var/
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from console.env import (
-    env_bool,
-    env_choice,
-    env_int,
-    env_list,
-    env_path,
-    env_str,
-    env_url,
-    secret_from_file,
+from console.accounts.security_settings import (
+    AUTHENTICATION_BACKENDS,
+    SESSION_COOKIE_AGE,
+    logging_settings,
+    rest_framework_settings,
 )
-from console.settings_parts import (
-    DATABASE_SCHEMES,
-    REDIS_SCHEMES,
-    channel_layer_settings,
-    database_settings,
-)
+from console.config import BASE_DIR, read_settings
+from console.env import secret_from_file
+from console.settings_parts import channel_layer_settings, database_settings
 
-BASE_DIR = Path(__file__).resolve().parent.parent
+# ---- Infera's own settings: one frozen object, read once (console/config.py); use sites read settings.INFERA ----
+INFERA = read_settings()
 
-# ---- Paths: the database, the secret key and the model store default to var/ ----
-INFERA_VAR_DIR = env_path("INFERA_VAR_DIR", BASE_DIR / "var", base=BASE_DIR)
-INFERA_MODEL_STORE = env_path("INFERA_MODEL_STORE", INFERA_VAR_DIR / "models", base=BASE_DIR)
-
-# ---- Core ----
-DEBUG = env_bool("INFERA_DEBUG", False)
-SECRET_KEY = env_str("INFERA_SECRET_KEY") or secret_from_file(INFERA_VAR_DIR / "secret_key")
+DEBUG = INFERA.debug
+SECRET_KEY = INFERA.secret_key or secret_from_file(INFERA.var_dir / "secret_key")
 # /v2 and /metrics never reach Django, so this list guards the console, the API and WebSockets
-ALLOWED_HOSTS = env_list("INFERA_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
-CSRF_TRUSTED_ORIGINS = env_list("INFERA_CSRF_TRUSTED_ORIGINS", [])
-
-INFERA_MAX_UPLOAD_MB = env_int("INFERA_MAX_UPLOAD_MB", 512, minimum=1, maximum=1024 * 1024)
-INFERA_MAX_UPLOAD_BYTES = INFERA_MAX_UPLOAD_MB * 1024 * 1024
-# an archive may unpack to this much, in this many members (zip bombs and member floods stop here)
-INFERA_MAX_UNPACKED_MB = env_int("INFERA_MAX_UNPACKED_MB", 4 * INFERA_MAX_UPLOAD_MB, minimum=1)
-INFERA_MAX_ARCHIVE_MEMBERS = env_int("INFERA_MAX_ARCHIVE_MEMBERS", 10_000, minimum=1)
-# the reconciler's period: how soon a replica that missed a change message converges anyway
-INFERA_RECONCILE_SECONDS = env_int("INFERA_RECONCILE_SECONDS", 10, minimum=1, maximum=3600)
+ALLOWED_HOSTS = list(INFERA.allowed_hosts)
+CSRF_TRUSTED_ORIGINS = list(INFERA.csrf_trusted_origins)
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -93,13 +72,9 @@ TEMPLATES = [
 ]
 
 # ---- Data: DATABASE_URL (SQLite under var/ by default, PostgreSQL for replicas), REDIS_URL (channel layer) ----
-DATABASES = {
-    "default": database_settings(
-        env_url("DATABASE_URL", DATABASE_SCHEMES), default_sqlite=INFERA_VAR_DIR / "infera.sqlite3"
-    )
-}
+DATABASES = {"default": database_settings(INFERA.database_url, default_sqlite=INFERA.var_dir / "infera.sqlite3")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-CHANNEL_LAYERS = channel_layer_settings(env_url("REDIS_URL", REDIS_SCHEMES))
+CHANNEL_LAYERS = channel_layer_settings(INFERA.redis_url)
 
 # ---- Accounts ----
 AUTH_PASSWORD_VALIDATORS = [
@@ -112,20 +87,28 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
 
-# ---- Web safety that holds on plain http too (issue "Users, roles and API tokens" extends this block) ----
+# ---- Web safety that holds on plain http too; cookies Secure unless debugging (or INFERA_SECURE_COOKIES=false) ----
+SESSION_COOKIE_SECURE = INFERA.cookies_secure
+CSRF_COOKIE_SECURE = INFERA.cookies_secure
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
 CSRF_COOKIE_SAMESITE = "Lax"
+SESSION_COOKIE_AGE = SESSION_COOKIE_AGE
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+AUTHENTICATION_BACKENDS = AUTHENTICATION_BACKENDS
 
 # ---- API ----
-REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-}
+# API tokens next to sessions, and the per-token throttle on every view
+REST_FRAMEWORK = rest_framework_settings(
+    {
+        "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
+        "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+        "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    }
+)
 SPECTACULAR_SETTINGS = {
     "TITLE": "Infera management API",
     "DESCRIPTION": "Models, versions, users and tokens of an Infera server. Inference itself is Triton's /v2.",
@@ -135,7 +118,7 @@ SPECTACULAR_SETTINGS = {
 
 # ---- Static files: served by the ASGI process itself (console/static_serving.py), no collectstatic needed ----
 STATIC_URL = "/static/"
-STATIC_ROOT = INFERA_VAR_DIR / "static"
+STATIC_ROOT = INFERA.var_dir / "static"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATICFILES_FINDERS = [
     "django.contrib.staticfiles.finders.FileSystemFinder",
@@ -149,21 +132,17 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 
-# ---- Logging ----
-INFERA_LOG_LEVEL = env_choice("INFERA_LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR"))
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "loggers": {
-        "engine": {"handlers": ["console"], "level": INFERA_LOG_LEVEL, "propagate": False},
-        "console": {"handlers": ["console"], "level": INFERA_LOG_LEVEL, "propagate": False},
-        "django": {"handlers": ["console"], "level": "WARNING", "propagate": False},
-    },
-}
-
-# ---- Accounts and web safety: API tokens, throttles, Secure cookies unless DEBUG, log masking, INFERA_* switches ----
-from console.accounts.security_settings import accounts_settings  # noqa: E402
-
-globals().update(accounts_settings(debug=DEBUG, rest_framework=REST_FRAMEWORK, logging_config=LOGGING))
+# ---- Logging: secrets are masked on every handler ----
+LOGGING = logging_settings(
+    {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+        "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+        "loggers": {
+            "engine": {"handlers": ["console"], "level": INFERA.log_level, "propagate": False},
+            "console": {"handlers": ["console"], "level": INFERA.log_level, "propagate": False},
+            "django": {"handlers": ["console"], "level": "WARNING", "propagate": False},
+        },
+    }
+)

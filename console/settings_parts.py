@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import dj_database_url
 
+from console.config import DATABASE_SCHEMES
 from console.env import EnvError
-
-DATABASE_SCHEMES = ("sqlite", "postgres", "postgresql", "pgsql")
-REDIS_SCHEMES = ("redis", "rediss", "unix")
 
 
 def database_settings(url: str | None, default_sqlite: Path) -> dict[str, Any]:
@@ -31,7 +30,7 @@ def database_settings(url: str | None, default_sqlite: Path) -> dict[str, Any]:
     if not config.get("NAME"):
         raise EnvError("DATABASE_URL names no database (add /NAME after the host, or a file path for SQLite)")
     if config["ENGINE"] == "django.db.backends.sqlite3":
-        Path(config["NAME"]).parent.mkdir(parents=True, exist_ok=True)
+        _private_file(Path(config["NAME"]))
         config["OPTIONS"] = {
             # the console, the reconciler and seed_demo write from several threads: wait, and take the write
             # lock when a transaction begins instead of failing on upgrade
@@ -40,6 +39,19 @@ def database_settings(url: str | None, default_sqlite: Path) -> dict[str, Any]:
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
         }
     return config
+
+
+def _private_file(path: Path) -> None:
+    """Create the SQLite file readable by its owner only (it holds password hashes and the audit log)."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        pass
+    except OSError:
+        return  # a read-only or special location: SQLite reports what it cannot do itself
+    if path.is_file() and path.stat().st_mode & 0o077:
+        path.chmod(0o600)
 
 
 def channel_layer_settings(redis_url: str | None) -> dict[str, Any]:

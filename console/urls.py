@@ -6,19 +6,15 @@ from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path, re_path
-from drf_spectacular.views import SpectacularAPIView
 
 from console import views
-from console.accounts.login_throttle import ThrottledAuthenticationForm
+from console.accounts.login_view import sign_in
+from console.registry.docs import ProtectedSchemaView
 from console.static_serving import serve_static
 
 urlpatterns = [
     path("", views.home, name="home"),
-    path(
-        "accounts/login/",
-        auth_views.LoginView.as_view(redirect_authenticated_user=True, authentication_form=ThrottledAuthenticationForm),
-        name="login",
-    ),
+    path("accounts/login/", sign_in, name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("accounts/password/", auth_views.PasswordChangeView.as_view(), name="password_change"),
     path("accounts/password/done/", auth_views.PasswordChangeDoneView.as_view(), name="password_change_done"),
@@ -26,6 +22,6 @@ urlpatterns = [
     path("monitoring/", include("console.monitoring.urls")),
     path("", include("console.accounts.urls")),
     path("", include("console.registry.urls")),
-    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/schema/", ProtectedSchemaView.as_view(), name="api-schema"),
     re_path(rf"^{settings.STATIC_URL.strip('/')}/(?P<path>.+)$", serve_static, name="static"),
 ]

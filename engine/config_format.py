@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 from google.protobuf import json_format, text_format
@@ -30,11 +31,40 @@ from engine.config import (
 from engine.errors import InvalidArgument
 from engine.proto import model_config_pb2 as pb
 
-__all__ = ["parse_config_pbtxt", "parse_config_json", "config_to_dict", "config_to_pbtxt", "merge_config"]
+__all__ = [
+    "CONFIG_FILES",
+    "parse_config_pbtxt",
+    "parse_config_json",
+    "config_to_dict",
+    "config_to_pbtxt",
+    "merge_config",
+    "read_config_file",
+]
+
+# the files a model folder may keep its config in
+CONFIG_FILES = ("config.pbtxt", "config.json")
 
 _PACKAGE_PREFIX = "infera.config."
 # Triton treats these zeros as "not set" and runs with the value below
 _SEQUENCE_IDLE_DEFAULT_US = SequenceBatching().max_sequence_idle_microseconds
+
+
+def read_config_file(model_dir: Path) -> ModelConfig | None:
+    """A model folder's config.pbtxt or config.json as written (not completed); None when it has neither."""
+    name = Path(model_dir).name
+    present = [file for file in CONFIG_FILES if (Path(model_dir) / file).is_file()]
+    if not present:
+        return None
+    if len(present) > 1:
+        raise InvalidArgument(f"model '{name}' has both config.pbtxt and config.json; keep one")
+    source = f"{name}/{present[0]}"
+    try:
+        text = (Path(model_dir) / present[0]).read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise InvalidArgument(f"{source}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+    if present[0] == "config.json":
+        return parse_config_json(text, source=source)
+    return parse_config_pbtxt(text, source=source)
 
 
 def parse_config_pbtxt(text: str, source: str = "config.pbtxt") -> ModelConfig:

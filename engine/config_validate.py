@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import math
-import re
 
 from engine.config import InstanceGroup, ModelConfig, ModelWarmup, TensorConfig
 from engine.datatypes import WIRE_TYPES, wire_to_config
 from engine.errors import InvalidArgument
+from engine.names import check_model_name
 
-# model names become folder names and URL path segments
-MODEL_NAME_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}$")
 DATA_TYPES: frozenset[str] = frozenset(wire_to_config(wire) for wire in WIRE_TYPES)
 INSTANCE_KINDS = ("KIND_AUTO", "KIND_CPU", "KIND_GPU", "KIND_MODEL")
 TIMEOUT_ACTIONS = ("REJECT", "DELAY")
@@ -21,11 +19,8 @@ WILDCARD_DIM = -1
 
 def validate_config(config: ModelConfig) -> None:
     """Raise InvalidArgument on the first problem found, e.g. "model 'm': input 'X': dims must be ..."."""
-    if not MODEL_NAME_PATTERN.match(config.name):
-        raise InvalidArgument(
-            f"model name '{config.name}' is invalid: use 1 to 128 letters, digits, '_', '-' or '.', "
-            "not starting with '.' or '-'"
-        )
+    check_model_name(config.name)
+    check_model_filename(config)
     prefix = f"model '{config.name}'"
     if config.max_batch_size < 0:
         raise InvalidArgument(f"{prefix}: max_batch_size must be 0 or more, got {config.max_batch_size}")
@@ -49,6 +44,18 @@ def validate_config(config: ModelConfig) -> None:
     _check_version_policy(prefix, config)
     for warmup in config.model_warmup:
         _check_warmup(prefix, warmup, config)
+
+
+def check_model_filename(config: ModelConfig) -> None:
+    """default_model_filename names a file inside the version folder: one plain name, never a path."""
+    filename = config.default_model_filename
+    if not filename:
+        return
+    if "/" in filename or "\\" in filename or filename in (".", "..") or "\0" in filename:
+        raise InvalidArgument(
+            f"model '{config.name}': default_model_filename '{filename}' must be a file name inside the version "
+            "folder, not a path"
+        )
 
 
 def _check_tensors(prefix: str, role: str, tensors: list[TensorConfig], max_batch_size: int) -> None:

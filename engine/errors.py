@@ -46,6 +46,31 @@ class BackendError(InferaError):
 
 
 class LoadError(InferaError):
-    """A model version failed to load; the message is the reason."""
+    """A model (or one of its versions) failed to load: `reason` says why, `model` and `version` say what.
+
+    A backend raises it with the reason only; the engine adds the model and the version that failed, so callers
+    (the reconciler, the console) read fields and never parse the message.
+    """
 
     status = 400
+
+    def __init__(self, reason: str, *, model: str = "", version: int | None = None) -> None:
+        self.reason = reason
+        self.model = model
+        self.version = version
+        if not model:
+            message = reason
+        elif version is None:
+            message = f"failed to load '{model}': {reason}"
+        else:
+            message = f"failed to load '{model}' version {version}: {reason}"
+        super().__init__(message)
+
+    @property
+    def about_model(self) -> bool:
+        """True once the engine has said which model failed (a backend's raw reason is not yet)."""
+        return bool(self.model)
+
+
+class CodeRefused(Forbidden):
+    """A load that would run code (a python model, a pickle) from a caller or on a server that does not allow it."""

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.backends import Device, get_backend
+from engine.backends import Backend, Device, get_backend
 from engine.config import InstanceGroup, ModelConfig
 from engine.datatypes import config_to_wire, numpy_dtype
 from engine.dispatch import Dispatcher
 from engine.errors import LoadError, ModelNotFound, Unavailable
 from engine.instances import ModelInstance
+from engine.names import without_folders
 from engine.stats import ModelStats
 from engine.types import InferenceRequest, InferenceResponse
 
@@ -29,6 +30,38 @@ class ModelState(StrEnum):
     READY = "READY"
     UNLOADING = "UNLOADING"
     UNAVAILABLE = "UNAVAILABLE"
+
+
+@dataclass(frozen=True)
+class VersionStatus:
+    """Where one version stands in this engine, and why when it is not READY."""
+
+    version: int
+    state: ModelState
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class ModelStatus:
+    """What this engine holds of one model: each known version's state, the active version, a model-wide error."""
+
+    name: str
+    versions: dict[int, VersionStatus] = field(default_factory=dict)
+    active: int | None = None
+    error: str = ""  # why the model as a whole could not load (its config, its folder)
+
+    @property
+    def ready(self) -> frozenset[int]:
+        return frozenset(v for v, status in self.versions.items() if status.state is ModelState.READY)
+
+    @property
+    def serving(self) -> int | None:
+        """The version unversioned requests reach, when it is READY."""
+        return self.active if self.active in self.ready else None
+
+    def failure(self, version: int) -> str | None:
+        status = self.versions.get(version)
+        return status.reason if status is not None and status.state is ModelState.UNAVAILABLE else None
 
 
 def instance_devices(config: ModelConfig, gpus: int) -> list[Device]:
@@ -69,6 +102,29 @@ def warmup_inputs(config: ModelConfig, sample) -> dict[str, np.ndarray]:
     return arrays
 
 
+def open_backend(config: ModelConfig, path: Path, device: Device) -> Backend:
+    """The version's backend on `device`, loaded; the one way a version's files are opened (real and trial loads)."""
+    backend = get_backend(config.backend_name)(config, path, device)
+    backend.load()
+    return backend
+
+
+def trial_load(config: ModelConfig, path: Path, gpus: int) -> None:
+    """Load the version once on the CPU with its backend and release it; raise LoadError with the runtime's reason.
+
+    One CPU instance proves the files and the config agree and takes no GPU memory from what is serving; the
+    instance groups are still checked against this machine, so KIND_GPU without a GPU fails here.
+    """
+    instance_devices(config, gpus)
+    try:
+        backend = open_backend(config, path, Device("CPU", 0))
+    except LoadError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a runtime's own exception is a load failure with its reason
+        raise LoadError(f"loading the model failed: {type(exc).__name__}: {exc}") from exc
+    backend.unload()
+
+
 class ServedVersion:
     """One loaded model version: its instances, its dispatcher, its stats and its in-flight count."""
 
@@ -83,16 +139,24 @@ class ServedVersion:
         self.instances: list[ModelInstance] = []
         self.dispatcher: Dispatcher | None = None
         self.inflight = 0
+        self.cancelled = False
         self._drained = asyncio.Event()
         self._drained.set()
 
+    def cancel(self) -> None:
+        """Stop a load in progress at its next step (the model is being unloaded); its load() raises LoadError."""
+        self.cancelled = True
+
+    def _check_cancelled(self) -> None:
+        if self.cancelled:
+            raise LoadError("the model was unloaded while this version was loading")
+
     async def load(self, gpus: int) -> None:
         """Create and load every instance, warm up, then start taking requests; cleans up on failure."""
-        backend_cls = get_backend(self.config.backend_name)
         try:
             for i, device in enumerate(instance_devices(self.config, gpus)):
-                backend = backend_cls(self.config, self.path, device)
-                await asyncio.to_thread(backend.load)
+                self._check_cancelled()
+                backend = await asyncio.to_thread(open_backend, self.config, self.path, device)
                 instance = ModelInstance(f"{self.name}-{self.version}-{i}", backend)
                 instance.start()
                 self.instances.append(instance)
@@ -110,6 +174,7 @@ class ServedVersion:
             size = sample.batch_size if self.config.max_batch_size > 0 else 1
             for instance in self.instances:
                 for _ in range(max(sample.count, 1)):
+                    self._check_cancelled()  # an unload does not wait for a long warm-up to finish
                     await instance.execute([inputs], [size])
 
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
@@ -151,6 +216,7 @@ class ModelEntry:
     failures: dict[int, str] = field(default_factory=dict)
     error: str = ""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    loading: set[ServedVersion] = field(default_factory=set)
 
 
 class ModelManager:
@@ -160,35 +226,51 @@ class ModelManager:
         self.gpus = gpus
         self.models: dict[str, ModelEntry] = {}
 
-    async def load(self, config: ModelConfig, version_paths: dict[int, Path], active: int | None = None) -> None:
+    async def load(
+        self,
+        config: ModelConfig,
+        version_paths: dict[int, Path],
+        active: int | None = None,
+        *,
+        configs: dict[int, ModelConfig] | None = None,
+    ) -> None:
         """Serve exactly these versions: load new ones, swap, drain and unload the rest.
 
-        A failure leaves what was serving untouched and raises LoadError with the reason.
+        Each version runs with its own config from `configs` when given there, else with `config`. A failure
+        leaves what was serving untouched and raises LoadError naming the model and the version.
         """
+        name = config.name
         if not version_paths:
-            raise LoadError(f"model '{config.name}' has no version to load")
-        entry = self.models.setdefault(config.name, ModelEntry(config.name))
+            raise LoadError("it has no version to load", model=name)
+        entry = self.models.setdefault(name, ModelEntry(name))
         async with entry.lock:
             kept: dict[int, ServedVersion] = {}
             fresh: list[ServedVersion] = []
             for version, path in sorted(version_paths.items()):
+                wanted = (configs or {}).get(version, config)
                 current = entry.versions.get(version)
                 if (
                     current
                     and current.state is ModelState.READY
                     and current.path == Path(path)
-                    and current.config == config
+                    and current.config == wanted
                 ):
                     kept[version] = current
                     continue
-                served = ServedVersion(config, version, path)
+                served = ServedVersion(wanted, version, path)
+                entry.loading.add(served)
                 try:
                     await served.load(self.gpus)
                 except Exception as exc:  # noqa: BLE001 - any runtime failure is a load failure with its reason
-                    entry.failures[version] = str(exc)
+                    reason = without_folders(
+                        exc.reason if isinstance(exc, LoadError) else str(exc), Path(path).parent.parent
+                    )
+                    entry.failures[version] = reason
                     for done in fresh:
                         await done.unload()
-                    raise LoadError(f"failed to load '{config.name}' version {version}: {exc}") from exc
+                    raise LoadError(reason, model=name, version=version) from exc
+                finally:
+                    entry.loading.discard(served)
                 fresh.append(served)
                 kept[version] = served
                 entry.failures.pop(version, None)
@@ -196,7 +278,7 @@ class ModelManager:
             entry.versions = kept
             entry.active = active if active in kept else max(kept)
             entry.error = ""
-            log.info("model '%s' serving versions %s (active %s)", config.name, sorted(kept), entry.active)
+            log.info("model '%s' serving versions %s (active %s)", name, sorted(kept), entry.active)
         for old in retired:
             await old.unload()
 
@@ -205,6 +287,8 @@ class ModelManager:
         entry = self.models.get(name)
         if entry is None:
             raise ModelNotFound(f"Request for unknown model: '{name}' is not found")
+        for loading in list(entry.loading):
+            loading.cancel()  # a load holding the lock (a long warm-up) stops at its next step
         async with entry.lock:
             retired = list(entry.versions.values())
             entry.versions = {}
@@ -213,6 +297,24 @@ class ModelManager:
             entry.error = ""
         for old in retired:
             await old.unload()
+
+    def status(self, name: str) -> ModelStatus:
+        """The typed state of `name` (no versions when the engine has never heard of it)."""
+        entry = self.models.get(name)
+        if entry is None:
+            return ModelStatus(name)
+        versions = {
+            number: VersionStatus(number, ModelState.UNAVAILABLE, reason) for number, reason in entry.failures.items()
+        }
+        for number, served in entry.versions.items():
+            versions[number] = VersionStatus(number, served.state, served.reason)
+        return ModelStatus(name, dict(sorted(versions.items())), entry.active, entry.error)
+
+    def forget(self, name: str) -> None:
+        """Drop every trace of a model that has nothing loaded (its failures and error too)."""
+        entry = self.models.get(name)
+        if entry is not None and not entry.versions and not entry.loading:
+            del self.models[name]
 
     def record_error(self, name: str, reason: str) -> None:
         """Remember why a model could not even reach a version load (bad config, missing files)."""

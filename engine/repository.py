@@ -9,13 +9,19 @@ from typing import Any
 
 from engine.backends import get_backend
 from engine.config import ModelConfig, VersionPolicy
-from engine.config_format import merge_config, parse_config_json, parse_config_pbtxt
-from engine.config_validate import validate_config
+from engine.config_format import CONFIG_FILES, merge_config, read_config_file
+from engine.config_validate import check_model_filename, validate_config
 from engine.errors import InvalidArgument, ModelNotFound
 
-__all__ = ["ModelRepository", "select_versions", "infer_backend", "complete_config", "CONFIG_FILES"]
+__all__ = [
+    "ModelRepository",
+    "select_versions",
+    "infer_backend",
+    "resolve_config",
+    "complete_config",
+    "CONFIG_FILES",
+]
 
-CONFIG_FILES = ("config.pbtxt", "config.json")
 # as Triton: folders named 0, 01 or anything not a number are not versions
 VERSION_FOLDER = re.compile(r"^[1-9][0-9]*$")
 # the model file found in a version folder -> (backend, platform), for configs that name neither
@@ -55,24 +61,11 @@ class ModelRepository:
 
     def version_paths(self, name: str) -> dict[int, Path]:
         """Numbered version folders of a model by version, ascending; other entries are ignored."""
-        return _numbered_folders(self.model_dir(name))
+        return numbered_folders(self.model_dir(name))
 
     def read_config(self, name: str) -> ModelConfig | None:
         """The model's config.pbtxt or config.json as written (not completed); None when it has neither."""
-        model_dir = self.model_dir(name)
-        present = [file for file in CONFIG_FILES if (model_dir / file).is_file()]
-        if not present:
-            return None
-        if len(present) > 1:
-            raise InvalidArgument(f"model '{name}' has both config.pbtxt and config.json; keep one")
-        source = f"{name}/{present[0]}"
-        try:
-            text = (model_dir / present[0]).read_text(encoding="utf-8")
-        except UnicodeDecodeError as error:
-            raise InvalidArgument(f"{source}: not UTF-8 text ({error.reason} at byte {error.start})") from None
-        if present[0] == "config.json":
-            return parse_config_json(text, source=source)
-        return parse_config_pbtxt(text, source=source)
+        return read_config_file(self.model_dir(name))
 
 
 def select_versions(policy: VersionPolicy, available: list[int], model_name: str = "") -> list[int]:
@@ -101,17 +94,18 @@ def infer_backend(version_path: Path | None, config: ModelConfig) -> str:
     return config.backend_name or _backend_from_files(version_path, config)[0]
 
 
-def complete_config(
+def resolve_config(
     name: str,
     model_dir: Path,
     version_path: Path | None,
     config: ModelConfig | None,
     override: dict[str, Any] | None = None,
-) -> ModelConfig:
-    """The effective config of a model: override merged, name and backend filled, backend auto-complete, validated.
+) -> tuple[ModelConfig, Path | None]:
+    """The config with the override merged and name, backend and platform filled: no model file is read.
 
-    `version_path` is the version folder the backend inspects; None means the highest numbered one in
-    `model_dir`, if any. The given config is not modified.
+    Enough to know which backend will load a version (and so whether it runs code) before anything parses or runs
+    the version's files. Returns the config and the version folder the backend will inspect (`version_path`, or
+    the highest numbered one in `model_dir` when None).
     """
     config = copy.deepcopy(config) if config is not None else ModelConfig(name="")
     if override:
@@ -120,8 +114,9 @@ def complete_config(
         config.name = name
     elif config.name != name:
         raise InvalidArgument(f"model '{name}': the config names the model '{config.name}', its folder is '{name}'")
+    check_model_filename(config)
     if version_path is None:
-        numbered = _numbered_folders(Path(model_dir))
+        numbered = numbered_folders(Path(model_dir))
         version_path = numbered[max(numbered)] if numbered else None
     if not config.backend_name:
         config.backend, platform = _backend_from_files(version_path, config)
@@ -129,6 +124,22 @@ def complete_config(
     config.backend = config.backend or config.backend_name  # Triton reports the backend of a platform too
     if config.backend == "pytorch" and not config.platform and not config.default_model_filename:
         config.platform = _pytorch_platform(version_path)
+    return config, version_path
+
+
+def complete_config(
+    name: str,
+    model_dir: Path,
+    version_path: Path | None,
+    config: ModelConfig | None,
+    override: dict[str, Any] | None = None,
+) -> ModelConfig:
+    """The effective config of a model: resolved (see resolve_config), completed by its backend, validated.
+
+    `version_path` is the version folder the backend inspects; None means the highest numbered one in
+    `model_dir`, if any. The given config is not modified.
+    """
+    config, version_path = resolve_config(name, model_dir, version_path, config, override)
     if version_path is not None:
         config = get_backend(config.backend_name).autocomplete(config, version_path)
     validate_config(config)
@@ -136,10 +147,10 @@ def complete_config(
 
 
 def _looks_like_model(folder: Path) -> bool:
-    return any((folder / file).is_file() for file in CONFIG_FILES) or bool(_numbered_folders(folder))
+    return any((folder / file).is_file() for file in CONFIG_FILES) or bool(numbered_folders(folder))
 
 
-def _numbered_folders(folder: Path) -> dict[int, Path]:
+def numbered_folders(folder: Path) -> dict[int, Path]:
     if not folder.is_dir():
         return {}
     found = {int(e.name): e for e in folder.iterdir() if e.is_dir() and VERSION_FOLDER.match(e.name)}

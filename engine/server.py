@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import shutil
 import tempfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import orjson
 
-from engine import __version__
+from engine import __version__, admission
+from engine.admission import SYSTEM, Principal
 from engine.config import ModelConfig
 from engine.config_format import config_to_dict, parse_config_json
 from engine.devices import gpu_count
-from engine.errors import InferaError, InvalidArgument, LoadError, ModelNotFound
-from engine.lifecycle import ModelManager, ModelState, ServedVersion
+from engine.errors import Forbidden, InferaError, LoadError, ModelNotFound
+from engine.lifecycle import ModelManager, ModelState, ModelStatus, ServedVersion, VersionStatus
+from engine.names import check_model_name, normalise_files
 from engine.repository import ModelRepository, complete_config, select_versions
+from engine.settings import EngineSettings
 from engine.types import InferenceRequest, InferenceResponse
 
 log = logging.getLogger("infera.engine")
@@ -33,15 +37,26 @@ EXTENSIONS = [
 
 
 class InferenceServer:
-    """What a front end talks to: load and unload models, look them up, run inference, read stats."""
+    """What a front end talks to: load and unload models, look them up, run inference, read stats.
 
-    def __init__(self, repository: Path | str | None = None, *, gpu_count: int | None = None) -> None:
+    Loads are asked for by a `Principal` (engine.admission); whether a load runs code and whether its config fits
+    the server's limits is decided here, for every entry point, with this server's `settings`.
+    """
+
+    def __init__(
+        self,
+        repository: Path | str | None = None,
+        *,
+        gpu_count: int | None = None,
+        settings: EngineSettings | None = None,
+    ) -> None:
         self.repository = ModelRepository(Path(repository)) if repository else None
+        self.settings = settings if settings is not None else EngineSettings()
         self.manager = ModelManager(gpus=_gpus(gpu_count))
         self.name = "infera"
         self.version = __version__
         self._started = False
-        self._temp_dirs: dict[str, Path] = {}
+        self._sent_files: dict[str, Path] = {}  # models loaded from files sent with a load: their temporary roots
 
     async def start(self, load_models: bool = True) -> None:
         """Start serving; with `load_models`, load every model in the repository (failures are logged).
@@ -60,15 +75,36 @@ class InferenceServer:
     async def stop(self) -> None:
         self._started = False
         await self.manager.stop()
-        for path in self._temp_dirs.values():
+        for path in self._sent_files.values():
             shutil.rmtree(path, ignore_errors=True)
-        self._temp_dirs.clear()
+        self._sent_files.clear()
 
     def is_live(self) -> bool:
         return True
 
     def is_ready(self) -> bool:
         return self._started
+
+    async def admit(
+        self,
+        name: str,
+        version_dir: Path,
+        config: ModelConfig | None,
+        *,
+        caller: Principal,
+        override: dict | None = None,
+    ) -> ModelConfig:
+        """The effective config of a version from outside, trial-loaded in the sandbox (see engine.admission)."""
+        return await asyncio.to_thread(
+            admission.admit,
+            name,
+            Path(version_dir),
+            config,
+            caller=caller,
+            settings=self.settings,
+            gpus=self.manager.gpus,
+            override=override,
+        )
 
     async def load_model(
         self,
@@ -77,17 +113,25 @@ class InferenceServer:
         config: dict | str | None = None,
         files: dict[str, bytes] | None = None,
         versions: dict[int, Path] | None = None,
+        version_configs: dict[int, ModelConfig] | None = None,
         active_version: int | None = None,
+        caller: Principal = SYSTEM,
     ) -> None:
-        """Load (or reload) a model: from the repository, from explicit version folders, or from sent files."""
-        override = _config_override(name, config)
+        """Load (or reload) a model: from the repository, from explicit version folders, or from sent files.
+
+        The name and any sent file paths are checked before anything touches the disk. `version_configs` gives
+        versions their own configs (the registry keeps one per version). Raises Forbidden/CodeRefused when the
+        caller may not, InvalidArgument for a bad name or path, LoadError(model, version, reason) otherwise.
+        """
+        check_model_name(name)
+        if not caller.may_change_models:
+            raise Forbidden(f"'{caller.name}' may not load models ('{name}')")
+        override = config_override(name, config)
         try:
             if files:
-                model_dir = self._write_files(name, files)
-                raw = parse_config_json(override) if override else None
-                override = None
-                version_paths = _numeric_dirs(model_dir)
-            elif versions:
+                await self._load_sent_files(name, normalise_files(files), override, caller)
+                return
+            if versions:
                 version_paths = {int(v): Path(p) for v, p in versions.items()}
                 model_dir = next(iter(version_paths.values())).parent
                 raw = ModelRepository(model_dir.parent).read_config(model_dir.name)
@@ -104,32 +148,72 @@ class InferenceServer:
             if not versions:
                 selected = select_versions(effective.version_policy, sorted(version_paths))
                 version_paths = {v: version_paths[v] for v in selected}
-            await self.manager.load(effective, version_paths, active_version)
+            configs = {
+                v: complete_config(name, model_dir, version_paths[v], given, override)
+                for v, given in (version_configs or {}).items()
+                if v in version_paths
+            }
+            for checked in [effective, *configs.values()]:
+                admission.check_code(checked, caller, self.settings)
+                admission.check_limits(checked, self.settings.limits)
+            await self.manager.load(effective, version_paths, active_version, configs=configs)
+        except Forbidden:
+            raise
         except InferaError as exc:
-            if exc.message.startswith("failed to load"):
+            if isinstance(exc, LoadError) and exc.about_model:
                 raise
             self.manager.record_error(name, exc.message)
-            raise LoadError(f"failed to load '{name}': {exc.message}") from exc
+            raise LoadError(exc.message, model=name) from exc
 
-    def _write_files(self, name: str, files: dict[str, bytes]) -> Path:
-        """Lay Triton's `file:<version>/<name>` contents out as a model folder of our own."""
-        root = Path(tempfile.mkdtemp(prefix=f"infera-{name}-"))
+    async def _load_sent_files(
+        self, name: str, files: dict[PurePosixPath, bytes], override: dict | None, caller: Principal
+    ) -> None:
+        """Triton's `file:<version>/<name>` contents as a model folder of our own, admitted version by version.
+
+        The folder is removed on every failure; on success it replaces the one this model was loaded from before.
+        """
+        root = Path(tempfile.mkdtemp(prefix="infera-files-"))
         model_dir = root / name
-        for relative, content in files.items():
-            target = (model_dir / relative).resolve()
-            if not target.is_relative_to(model_dir.resolve()) or relative.startswith("/"):
-                shutil.rmtree(root, ignore_errors=True)
-                raise InvalidArgument(f"file path '{relative}' leaves the model folder")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(content)
-        old = self._temp_dirs.pop(name, None)
-        self._temp_dirs[name] = root
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-        return model_dir
+        try:
+            for relative, content in files.items():
+                target = model_dir.joinpath(*relative.parts)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(content)
+            version_paths = _numeric_dirs(model_dir)
+            if not version_paths:
+                raise LoadError(f"model '{name}' has no numeric version folder")
+            raw = parse_config_json(override) if override else None
+            configs = {}
+            for number, path in sorted(version_paths.items()):
+                try:
+                    configs[number] = await self.admit(name, path, raw, caller=caller)
+                except LoadError as exc:
+                    raise LoadError(exc.reason, model=name, version=number) from exc
+            latest = configs[max(configs)]
+            selected = select_versions(latest.version_policy, sorted(version_paths))
+            await self.manager.load(latest, {v: version_paths[v] for v in selected}, configs=configs)
+        except BaseException:
+            shutil.rmtree(root, ignore_errors=True)
+            raise
+        previous = self._sent_files.pop(name, None)
+        self._sent_files[name] = root
+        if previous is not None:
+            shutil.rmtree(previous, ignore_errors=True)
 
-    async def unload_model(self, name: str) -> None:
+    async def unload_model(self, name: str, *, caller: Principal = SYSTEM) -> None:
+        """Unload every version after in-flight requests finish; a model loaded from sent files is forgotten."""
+        if not caller.may_change_models:
+            raise Forbidden(f"'{caller.name}' may not unload models ('{name}')")
         await self.manager.unload(name)
+        sent = self._sent_files.pop(name, None)
+        if sent is not None:
+            shutil.rmtree(sent, ignore_errors=True)
+        if sent is not None or self.repository is None or name not in self.repository.model_names():
+            self.manager.forget(name)  # nothing to show in the index: no folder in the repository
+
+    def status(self, name: str) -> ModelStatus:
+        """Typed per-version states and reasons of one model (empty when the engine does not know it)."""
+        return self.manager.status(name)
 
     def set_active_version(self, name: str, version: int) -> None:
         self.manager.set_active(name, version)
@@ -216,7 +300,7 @@ def _numeric_dirs(model_dir: Path) -> dict[int, Path]:
     return {int(p.name): p for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()}
 
 
-def _config_override(name: str, config: dict | str | None) -> dict | None:
+def config_override(name: str, config: dict | str | None) -> dict | None:
     """Triton's `parameters.config`: a JSON string (or dict) of a possibly partial ModelConfig."""
     if config is None or config == "":
         return None
@@ -225,10 +309,18 @@ def _config_override(name: str, config: dict | str | None) -> dict | None:
     try:
         value = orjson.loads(config)
     except orjson.JSONDecodeError as exc:
-        raise LoadError(f"failed to load '{name}': parameters.config is not valid JSON: {exc}") from None
+        raise LoadError(f"parameters.config is not valid JSON: {exc}", model=name) from None
     if not isinstance(value, dict):
-        raise LoadError(f"failed to load '{name}': parameters.config must be a JSON object")
+        raise LoadError("parameters.config must be a JSON object", model=name)
     return value
 
 
-__all__ = ["InferenceServer", "ModelNotFound"]
+__all__ = [
+    "InferenceServer",
+    "ModelNotFound",
+    "ModelState",
+    "ModelStatus",
+    "Principal",
+    "SYSTEM",
+    "VersionStatus",
+]

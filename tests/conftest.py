@@ -74,6 +74,12 @@ def sign_in(page: object, server: ServerProcess) -> None:
     page.wait_for_url(server.base_url + "/")  # type: ignore[attr-defined]
 
 
+@pytest.fixture
+def in_memory_layer(settings) -> None:
+    """This process's channel layer, in memory (whatever REDIS_URL the suite runs with)."""
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+
 def free_port() -> int:
     """A TCP port nothing listens on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -167,8 +173,14 @@ def chromium_browser() -> Iterator[object]:
 
 @pytest.fixture
 def page(chromium_browser: object, request: pytest.FixtureRequest) -> Iterator[object]:
-    """A page in a fresh browser context; its last state is saved as test-artifacts/<test>.png."""
-    context = chromium_browser.new_context(viewport={"width": 1200, "height": 800})  # type: ignore[attr-defined]
+    """A page in a fresh browser context; its last state is saved as test-artifacts/<test>.png.
+
+    Playwright's string predicates (`wait_for_function`) are evaluated in the page, which the console's
+    Content-Security-Policy forbids; tests/console/test_browser_csp.py checks the pages under the policy itself.
+    """
+    context = chromium_browser.new_context(  # type: ignore[attr-defined]
+        viewport={"width": 1200, "height": 800}, bypass_csp=True
+    )
     browser_page = context.new_page()
     try:
         yield browser_page

@@ -33,7 +33,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
     @admin.action(description="Revoke the selected tokens")
     def revoke_tokens(self, request: HttpRequest, queryset: Any) -> None:
         for token in queryset:
-            token.revoke()
+            token.revoke(actor=request.user)
         self.message_user(request, f"{queryset.count()} token(s) revoked", messages.SUCCESS)
 
 

@@ -63,7 +63,9 @@ class UserListApi(AccountsApi):
         incoming.is_valid(raise_exception=True)
         data = incoming.validated_data
         try:
-            created = create_user(data["username"], data["role"], data.get("password"), data.get("email", ""))
+            created = create_user(
+                data["username"], data["role"], data.get("password"), data.get("email", ""), actor=request.user
+            )
         except AccountRuleError as refused:
             raise _refused(refused) from None
         created.user.generated_password = created.generated_password
@@ -146,5 +148,5 @@ class TokenDetailApi(AccountsApi):
 
     @extend_schema(responses={204: None})
     def delete(self, request: Request, pk: int) -> Response:
-        self.get_object().revoke()
+        self.get_object().revoke(actor=request.user)
         return Response(status=status.HTTP_204_NO_CONTENT)

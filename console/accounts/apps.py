@@ -15,8 +15,9 @@ class AccountsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # login_throttle holds signal receivers, schema an OpenAPI extension: importing them registers them
-        from console.accounts import login_throttle, schema, signals  # noqa: F401
+        # login_throttle and revocations hold signal receivers, schema an OpenAPI extension: importing registers them
+        from console.accounts import login_throttle, revocations, schema, signals  # noqa: F401
 
+        revocations.connect_user_signals()
         # no sender: the groups must also pick up permissions of apps migrated after this one
         post_migrate.connect(signals.ensure_groups_after_migrate, dispatch_uid="accounts.ensure_groups")

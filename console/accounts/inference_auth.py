@@ -1,26 +1,30 @@
-"""Token checks for the engine's /v2 front end, which runs outside Django's request stack.
+"""Who sends each /v2 request: the authenticator the engine's front end awaits, returning a Principal.
 
 `make_v2_authenticator(mode)` returns the async hook the V2App awaits with each request's ASGI scope (health
-endpoints are never passed to it): True lets the request through, a refusal raises Unauthorized (401). Mode
-`token` demands an active token of any role, `none` lets every request through, and `auto` (INFERA_INFERENCE_AUTH
-unset) means `token` when the server listens on a non-loopback address and `none` on loopback. Verified keys are
-cached for a few seconds so the hot path rarely touches the database.
+endpoints are never passed to it). It returns the caller as an engine Principal (user, role, token id, and what
+they may do) or raises Unauthorized (401). Mode `token` demands an active token of any role; `none` serves callers
+without a token as `anonymous`; `auto` (INFERA_INFERENCE_AUTH unset) means `token` when the server listens on a
+non-loopback address and `none` on loopback. In every mode a presented key must be valid: a wrong, revoked or
+expired key is refused, never taken for an anonymous caller. Anonymous callers may change models only when
+INFERA_OPEN_REPOSITORY_CONTROL says so. Verified keys are cached for a few seconds in the runtime's TokenCache;
+revoking a token, or changing its user, drops its entry at once (console/accounts/revocations.py).
 """
 
 from __future__ import annotations
 
 import ipaddress
 import logging
-import os
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from channels.db import database_sync_to_async
 
-from console.accounts.roles import role_of
+from console.accounts.principals import anonymous_principal, principal_for
 from console.accounts.tokens import TokenRefused, find_token, hash_key, key_from_authorization
+from engine.admission import Principal
 from engine.frontend.http import Unauthorized
 
 logger = logging.getLogger("console.accounts.inference_auth")
@@ -29,7 +33,7 @@ MODES = ("token", "none", "auto")
 CACHE_SECONDS = 5.0
 CACHE_ENTRIES = 4096
 
-V2Authenticator = Callable[[Mapping[str, Any]], Awaitable[bool]]
+V2Authenticator = Callable[[Mapping[str, Any]], Awaitable[Principal]]
 
 
 def is_loopback(host: str | None) -> bool:
@@ -55,8 +59,16 @@ def resolve_mode(configured: str | None, listen_host: str | None) -> str:
     return "none" if is_loopback(listen_host) else "token"
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """What a presented key was found to be: a principal, or the reason it is refused."""
+
+    principal: Principal | None
+    refusal: str | None = None
+
+
 class TokenCache:
-    """Verdicts on presented keys (by their hash), kept `ttl` seconds; revocation takes effect within `ttl`."""
+    """Verdicts on presented keys (by their hash), kept `ttl` seconds; `forget_token`/`forget_user` drop them early."""
 
     def __init__(
         self, ttl: float = CACHE_SECONDS, size: int = CACHE_ENTRIES, clock: Callable[[], float] = time.monotonic
@@ -64,43 +76,54 @@ class TokenCache:
         self.ttl = ttl
         self.size = size
         self.clock = clock
-        self._entries: OrderedDict[str, tuple[float, str | None]] = OrderedDict()
+        self._entries: OrderedDict[str, tuple[float, Verdict]] = OrderedDict()
 
-    def get(self, digest: str) -> tuple[bool, str | None]:
-        """(found, refusal): refusal is None for an accepted key, the reason for a refused one."""
+    def get(self, digest: str) -> Verdict | None:
+        """The cached verdict on one key, or None when there is none (or it has expired)."""
         entry = self._entries.get(digest)
         if entry is None or entry[0] <= self.clock():
             self._entries.pop(digest, None)
-            return False, None
-        return True, entry[1]
+            return None
+        return entry[1]
 
-    def put(self, digest: str, refusal: str | None) -> None:
+    def put(self, digest: str, verdict: Verdict) -> None:
         """Remember the verdict on one key, dropping the oldest entry when full."""
-        self._entries[digest] = (self.clock() + self.ttl, refusal)
+        self._entries[digest] = (self.clock() + self.ttl, verdict)
         self._entries.move_to_end(digest)
         while len(self._entries) > self.size:
             self._entries.popitem(last=False)
 
+    def forget_token(self, token_id: int) -> None:
+        """Drop the verdict on one token (revoked, expiry changed, deleted)."""
+        self._forget(lambda p: p.token_id == token_id)
+
+    def forget_user(self, user_id: int) -> None:
+        """Drop the verdicts on every token of one user (role changed, deactivated, deleted)."""
+        self._forget(lambda p: p.user_id == user_id)
+
+    def _forget(self, matches: Callable[[Principal], bool]) -> None:
+        for digest, (_, verdict) in list(self._entries.items()):
+            if verdict.principal is not None and matches(verdict.principal):
+                self._entries.pop(digest, None)
+
     def clear(self) -> None:
-        """Forget every verdict (tests, and after revoking tokens in this process)."""
+        """Forget every verdict."""
         self._entries.clear()
 
 
-token_cache = TokenCache()
-
-
-def _check_key(key: str) -> str | None:
-    """None when `key` is an active token of a user with any role, else the reason it is refused."""
+def _verdict_on(key: str) -> Verdict:
+    """The principal `key` authenticates, or why it is refused (it must be active and its user must have a role)."""
     try:
         token = find_token(key)
     except TokenRefused as refused:
-        return str(refused)
-    if role_of(token.user) is None:
-        return f"API token '{token.name}' belongs to a user with no role"
-    return None
+        return Verdict(None, str(refused))
+    principal = principal_for(token.user, token)
+    if not principal.role:
+        return Verdict(None, f"API token '{token.name}' belongs to a user with no role")
+    return Verdict(principal)
 
 
-_check_key_async = database_sync_to_async(_check_key)
+_verdict_on_async = database_sync_to_async(_verdict_on)
 
 
 def authorization_from_scope(scope: Mapping[str, Any]) -> str | None:
@@ -111,11 +134,11 @@ def authorization_from_scope(scope: Mapping[str, Any]) -> str | None:
     return None
 
 
-async def verify_scope(scope: Mapping[str, Any], cache: TokenCache = token_cache) -> bool:
-    """True when the scope carries an active token; raises Unauthorized saying what is wrong otherwise."""
+async def principal_from_scope(scope: Mapping[str, Any], cache: TokenCache) -> Principal | None:
+    """The principal of the key the scope carries, None when it carries none; Unauthorized for a refused key."""
     header = authorization_from_scope(scope)
     if header is None:
-        raise Unauthorized("this server requires an API token: send 'Authorization: Bearer <key>'")
+        return None
     try:
         key = key_from_authorization(header)
     except TokenRefused as refused:
@@ -123,60 +146,64 @@ async def verify_scope(scope: Mapping[str, Any], cache: TokenCache = token_cache
     if key is None:
         raise Unauthorized("the Authorization header must be 'Bearer <key>' or 'Token <key>'")
     digest = hash_key(key)
-    found, refusal = cache.get(digest)
-    if not found:
-        refusal = await _check_key_async(key)
-        cache.put(digest, refusal)
-    if refusal is not None:
-        raise Unauthorized(refusal)
-    return True
+    verdict = cache.get(digest)
+    if verdict is None:
+        verdict = await _verdict_on_async(key)
+        cache.put(digest, verdict)
+    if verdict.principal is None:
+        raise Unauthorized(verdict.refusal or "invalid API token")
+    return verdict.principal
 
 
-async def _allow_all(scope: Mapping[str, Any]) -> bool:
-    """Mode `none`: every /v2 request is served."""
-    return True
+async def verify_scope(scope: Mapping[str, Any], cache: TokenCache) -> Principal:
+    """The principal of the scope's active token; Unauthorized saying what is wrong otherwise."""
+    principal = await principal_from_scope(scope, cache)
+    if principal is None:
+        raise Unauthorized("this server requires an API token: send 'Authorization: Bearer <key>'")
+    return principal
 
 
 def make_v2_authenticator(
-    mode: str | None, listen_host: str | None = None, cache: TokenCache = token_cache
+    mode: str | None,
+    listen_host: str | None = None,
+    cache: TokenCache | None = None,
+    *,
+    open_repository: bool = False,
 ) -> V2Authenticator:
     """The /v2 hook for `mode` (token, none, or auto/None); logs which one is in force.
 
     In auto mode without a known `listen_host` the decision is taken per connection from the address it reached
     (scope['server']): loopback connections are open, any other address (or an unknown one) needs a token.
+    `open_repository` lets callers without a token load and unload models (INFERA_OPEN_REPOSITORY_CONTROL).
     """
     if mode is not None and mode.strip().lower() not in MODES:
         raise ValueError(f"INFERA_INFERENCE_AUTH must be one of token, none (or unset), got {mode!r}")
+    cache = cache if cache is not None else TokenCache()
+    anonymous = anonymous_principal(open_repository)
     explicit = mode is not None and mode.strip().lower() in ("token", "none")
+
+    async def open_or_token(scope: Mapping[str, Any]) -> Principal:
+        principal = await principal_from_scope(scope, cache)
+        return anonymous if principal is None else principal
+
+    async def token_only(scope: Mapping[str, Any]) -> Principal:
+        return await verify_scope(scope, cache)
+
     if explicit or listen_host is not None:
         resolved = resolve_mode(mode, listen_host)
         why = "INFERA_INFERENCE_AUTH" if explicit else f"auto: the server listens on {listen_host}"
         logger.info("inference auth for /v2: %s (%s)", resolved, why)
-        if resolved == "none":
-            return _allow_all
-
-        async def verify(scope: Mapping[str, Any]) -> bool:
-            return await verify_scope(scope, cache)
-
-        return verify
+        return open_or_token if resolved == "none" else token_only
 
     logger.info(
         "inference auth for /v2: auto (token on non-loopback addresses, none on loopback; "
         "set INFERA_INFERENCE_AUTH=token|none to fix it)"
     )
 
-    async def verify_by_address(scope: Mapping[str, Any]) -> bool:
+    async def by_address(scope: Mapping[str, Any]) -> Principal:
         server = scope.get("server")
         if server and is_loopback(server[0]):
-            return True
-        return await verify_scope(scope, cache)
+            return await open_or_token(scope)
+        return await token_only(scope)
 
-    return verify_by_address
-
-
-def v2_authenticator_from_settings() -> V2Authenticator:
-    """The /v2 hook for this process: INFERA_INFERENCE_AUTH, and INFERA_LISTEN_HOST when the launcher set it."""
-    from django.conf import settings
-
-    configured = getattr(settings, "INFERA_INFERENCE_AUTH", "auto")
-    return make_v2_authenticator(configured, listen_host=os.environ.get("INFERA_LISTEN_HOST") or None)
+    return by_address

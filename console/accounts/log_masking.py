@@ -43,3 +43,13 @@ class SecretMaskingFilter(logging.Filter):
         if record.exc_text:
             record.exc_text = mask_secrets(record.exc_text)
         return True
+
+
+class QuietClientErrors(logging.Filter):
+    """Django logs a refused request (403, 404, ...) with the exception's traceback; a refusal is no crash."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "status_code", 500) < 500:
+            record.exc_info = None
+            record.exc_text = None
+        return True

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 
 from console.accounts.security_settings import CONTENT_SECURITY_POLICY, PERMISSIONS_POLICY
@@ -15,7 +14,7 @@ class SecurityHeadersMiddleware:
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
-        self.csp = getattr(settings, "INFERA_CONTENT_SECURITY_POLICY", CONTENT_SECURITY_POLICY)
+        self.csp = CONTENT_SECURITY_POLICY
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         response = self.get_response(request)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings
-from django.db import models
+from django.db import models, transaction
 from django.utils import timezone
 
 
@@ -47,8 +48,14 @@ class ApiToken(models.Model):
             return "expired"
         return "active"
 
-    def revoke(self) -> None:
-        """Revoke the token now (a second revoke keeps the first time)."""
+    def revoke(self, actor: Any = None) -> None:
+        """Revoke the token now (a second revoke keeps the first time); audited as `actor`'s (else its owner's)."""
+        from console.accounts import audit
+
         if self.revoked_at is None:
-            self.revoked_at = timezone.now()
-            self.save(update_fields=["revoked_at"])
+            with transaction.atomic():
+                self.revoked_at = timezone.now()
+                self.save(update_fields=["revoked_at"])
+                audit.record(
+                    actor or self.user, "token.revoke", f"{self.user.get_username()}/{self.name}", prefix=self.prefix
+                )

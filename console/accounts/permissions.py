@@ -37,7 +37,7 @@ def is_admin(user: Any) -> bool:
 
 def python_models_refusal(user: Any) -> str | None:
     """Why `user` may not upload a python-backend model (code that runs in the server), or None when allowed."""
-    if not getattr(settings, "INFERA_ALLOW_PYTHON_MODELS", True):
+    if not settings.INFERA.allow_python_models:
         return "python-backend models (model.py) are disabled on this server (INFERA_ALLOW_PYTHON_MODELS=false)"
     if not is_admin(user):
         return "only admins may upload python-backend models (model.py runs code inside the server)"

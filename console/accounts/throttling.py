@@ -8,7 +8,6 @@ from django.conf import settings
 from rest_framework.throttling import SimpleRateThrottle
 
 from console.accounts.models import ApiToken
-from console.accounts.security_settings import DEFAULT_API_RATE
 
 
 class TokenRateThrottle(SimpleRateThrottle):
@@ -17,7 +16,7 @@ class TokenRateThrottle(SimpleRateThrottle):
     scope = "management"
 
     def get_rate(self) -> str:
-        return getattr(settings, "INFERA_API_RATE", DEFAULT_API_RATE)
+        return settings.INFERA.api_rate
 
     def get_cache_key(self, request: Any, view: Any) -> str:
         if isinstance(request.auth, ApiToken):

@@ -13,10 +13,12 @@ from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
 from django.utils import timezone
 from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 
+from console.accounts import audit
 from console.accounts.models import ApiToken
 
 KEY_MARKER = "ifr_"
@@ -42,17 +44,27 @@ def hash_key(key: str) -> str:
     return hashlib.sha256(key.encode("utf-8")).hexdigest()
 
 
-def issue_token(user: AbstractBaseUser, name: str, expires: datetime | None = None) -> IssuedToken:
-    """Create a token for `user`; the returned key is shown once and never stored."""
+def issue_token(
+    user: AbstractBaseUser, name: str, expires: datetime | None = None, *, actor: Any = None
+) -> IssuedToken:
+    """Create a token for `user`; the returned key is shown once and never stored (nor audited)."""
     name = name.strip()
     if not name:
         raise ValueError("a token needs a name")
     if expires is not None and expires <= timezone.now():
         raise ValueError("a token's expiry must be in the future")
     key = KEY_MARKER + secrets.token_urlsafe(32)
-    token = ApiToken.objects.create(
-        user=user, name=name, prefix=key[:PREFIX_LENGTH], key_hash=hash_key(key), expires=expires
-    )
+    with transaction.atomic():
+        token = ApiToken.objects.create(
+            user=user, name=name, prefix=key[:PREFIX_LENGTH], key_hash=hash_key(key), expires=expires
+        )
+        audit.record(
+            actor if actor is not None else user,
+            "token.issue",
+            f"{user.get_username()}/{name}",
+            prefix=token.prefix,
+            expires=expires.isoformat() if expires else None,
+        )
     return IssuedToken(token, key)
 
 

@@ -16,6 +16,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Q
 
+from console.accounts import audit
 from console.accounts.roles import Role, assigned_role, role_of, role_rank, set_role
 
 
@@ -53,7 +54,9 @@ def _check_password(password: str, user: AbstractBaseUser | None = None) -> None
         raise AccountRuleError(" ".join(invalid.messages)) from None
 
 
-def create_user(username: str, role: Role | str, password: str | None = None, email: str = "") -> CreatedUser:
+def create_user(
+    username: str, role: Role | str, password: str | None = None, email: str = "", *, actor: Any = None
+) -> CreatedUser:
     """Create an account with one role; without a password, console roles get a generated one, inference none."""
     role = Role(role)
     users = get_user_model()
@@ -78,6 +81,7 @@ def create_user(username: str, role: Role | str, password: str | None = None, em
             user.set_password(password)
         user.save()
         set_role(user, role)
+        audit.record(actor, "user.create", username, role=role.value)
     return CreatedUser(user, generated)
 
 
@@ -89,7 +93,11 @@ def change_role(actor: AbstractBaseUser, target: AbstractBaseUser, role: Role | 
         raise AccountRuleError("you cannot raise your own role; ask another admin")
     if role is not Role.ADMIN and target.is_active and is_last_active_admin(target):
         raise AccountRuleError(f"'{target.get_username()}' is the last active admin; make another admin first")
-    set_role(target, role)
+    with transaction.atomic():
+        set_role(target, role)
+        audit.record(
+            actor, "user.role", target.get_username(), **{"from": current.value if current else None, "to": role.value}
+        )
 
 
 def set_active(actor: AbstractBaseUser, target: AbstractBaseUser, active: bool) -> None:
@@ -99,8 +107,10 @@ def set_active(actor: AbstractBaseUser, target: AbstractBaseUser, active: bool) 
             raise AccountRuleError("you cannot deactivate your own account")
         if is_last_active_admin(target):
             raise AccountRuleError(f"'{target.get_username()}' is the last active admin and cannot be deactivated")
-    target.is_active = active
-    target.save(update_fields=["is_active"])
+    with transaction.atomic():
+        target.is_active = active
+        target.save(update_fields=["is_active"])
+        audit.record(actor, "user.activate" if active else "user.deactivate", target.get_username())
     target.__dict__.pop("_infera_role", None)
 
 
@@ -115,16 +125,21 @@ def delete_user(actor: AbstractBaseUser, target: AbstractBaseUser) -> None:
     if actor.pk == target.pk:
         raise AccountRuleError("you cannot delete your own account")
     check_deletable(target)
-    target.delete()
+    with transaction.atomic():
+        name = target.get_username()
+        target.delete()
+        audit.record(actor, "user.delete", name)
 
 
-def reset_password(target: AbstractBaseUser, password: str | None = None) -> str | None:
+def reset_password(target: AbstractBaseUser, password: str | None = None, *, actor: Any = None) -> str | None:
     """Set `password`, or a generated one which is returned to be shown once."""
     generated = None
     if password is None:
         generated = password = generate_password()
     else:
         _check_password(password, target)
-    target.set_password(password)
-    target.save(update_fields=["password"])
+    with transaction.atomic():
+        target.set_password(password)
+        target.save(update_fields=["password"])
+        audit.record(actor, "user.password_reset", target.get_username())
     return generated

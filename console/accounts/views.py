@@ -51,7 +51,9 @@ def user_list(request: HttpRequest) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
-            created = create_user(data["username"], data["role"], data["password"] or None, data["email"])
+            created = create_user(
+                data["username"], data["role"], data["password"] or None, data["email"], actor=request.user
+            )
         except AccountRuleError as refused:
             form.add_error(None, str(refused))
         else:
@@ -128,7 +130,7 @@ def user_active(request: HttpRequest, pk: int) -> HttpResponse:
 def user_password(request: HttpRequest, pk: int) -> HttpResponse:
     """Give the user a new generated password, shown once."""
     target = _target(pk)
-    password = reset_password(target)
+    password = reset_password(target, actor=request.user)
     return _secret_page(request, "accounts/user_detail.html", _detail_context(target, new_password=password))
 
 
@@ -145,7 +147,7 @@ def user_token_create(request: HttpRequest, pk: int) -> HttpResponse:
 def user_token_revoke(request: HttpRequest, pk: int, token_pk: int) -> HttpResponse:
     """Revoke one of the user's tokens."""
     token = get_object_or_404(ApiToken, pk=token_pk, user_id=pk)
-    token.revoke()
+    token.revoke(actor=request.user)
     messages.success(request, f"token '{token.name}' revoked")
     return redirect("accounts:user-detail", pk=pk)
 
@@ -154,7 +156,7 @@ def _token_create(request: HttpRequest, owner: Any, template: str, context: Any)
     form = TokenForm(request.POST)
     if not form.is_valid():
         return render(request, template, context(token_form=form), status=400)
-    issued = issue_token(owner, form.cleaned_data["name"], form.expires())
+    issued = issue_token(owner, form.cleaned_data["name"], form.expires(), actor=request.user)
     return _secret_page(request, template, context(new_key=issued.key, new_token=issued.token))
 
 
@@ -177,6 +179,6 @@ def own_tokens(request: HttpRequest) -> HttpResponse:
 def own_token_revoke(request: HttpRequest, token_pk: int) -> HttpResponse:
     """Revoke one of the signed-in user's tokens."""
     token = get_object_or_404(ApiToken, pk=token_pk, user=request.user)
-    token.revoke()
+    token.revoke(actor=request.user)
     messages.success(request, f"token '{token.name}' revoked")
     return redirect("accounts:own-tokens")

@@ -1,4 +1,4 @@
-"""The monitoring app: starts the sampler once the engine has started."""
+"""The monitoring app: live charts and the metrics WebSocket (the runtime starts the sampler)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,3 @@ class MonitoringConfig(AppConfig):
     name = "console.monitoring"
     label = "monitoring"
     verbose_name = "Monitoring"
-
-    def ready(self) -> None:
-        from console import engine_link
-        from console.monitoring.live import start_monitoring_hook, stop_monitoring_hook
-
-        engine_link.on_engine_started(start_monitoring_hook)
-        engine_link.on_engine_stopping(stop_monitoring_hook)

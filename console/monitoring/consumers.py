@@ -1,4 +1,4 @@
-"""The /ws/metrics/ consumer: a backlog on connect, then one snapshot per second from the process's sampler.
+"""The /ws/metrics/ consumer: a backlog on connect, then one snapshot per second from the runtime's sampler.
 
 Client messages: {"model": "name" | null} narrows to one model (or widens back), {"window": seconds} asks for a
 longer or shorter backlog; either answers with a fresh backlog. Codes: 4401 not signed in, 4403 no console role.
@@ -14,7 +14,8 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from console.accounts.permissions import can_view_models
-from console.monitoring.live import current_sampler, group_name
+from console.monitoring.live import group_name
+from console.runtime import runtime_of
 from engine.monitoring.sampler import BACKLOG_SECONDS, narrow
 
 DEFAULT_WINDOW_S = 300
@@ -77,7 +78,8 @@ class MetricsConsumer(AsyncWebsocketConsumer):
         await self.send_json(message)
 
     async def send_backlog(self) -> None:
-        sampler = current_sampler()
+        runtime = runtime_of(self.scope)
+        sampler = runtime.sampler if runtime is not None else None
         snapshots = sampler.backlog(seconds=self.window, model=self.model) if sampler is not None else []
         await self.send_json(
             {

@@ -1,34 +1,23 @@
-"""The process's one MetricsSampler and its publisher to the channel layer; the wiring the ASGI app calls.
+"""The live-metrics wiring that is the console's: snapshots published to the dashboards' channel-layer group.
 
-`start_monitoring(server)` starts sampling and publishing (from the ASGI lifespan or the engine-started hook);
-`metrics_app(server, fallback)` is the /metrics ASGI app over the same sampler. Consumers read the backlog from
-`current_sampler()` and receive each snapshot as pre-encoded JSON through the group `group_name()`, so an extra
-dashboard costs one send per second and nothing else.
+The runtime (console/runtime.py) owns the process's one MetricsSampler and subscribes a GroupPublisher to it; each
+/ws/metrics/ consumer joins `group_name()` and reads its backlog from the same sampler, so an extra dashboard costs
+one send per second and nothing else.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import os
 import socket
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 
-from engine.monitoring.prometheus import ASGIApp, MetricsApp
-from engine.monitoring.sampler import MetricsSampler, Snapshot
-
-if TYPE_CHECKING:
-    from engine.server import InferenceServer
-
-logger = logging.getLogger("console.monitoring")
+from engine.monitoring.sampler import Snapshot
 
 GROUP = "metrics"
 MESSAGE_TYPE = "metrics.snapshot"
-
-_sampler: MetricsSampler | None = None
 
 
 def group_name() -> str:
@@ -41,25 +30,6 @@ def group_name() -> str:
     if layer is None or isinstance(layer, InMemoryChannelLayer):
         return GROUP
     return f"{GROUP}.{socket.gethostname()[:60]}.{os.getpid()}".replace("_", "-")
-
-
-def sampler_for(server: InferenceServer) -> MetricsSampler:
-    """The process's sampler over `server`, made on first use (the same one for /metrics and WebSockets)."""
-    global _sampler
-    if _sampler is None or _sampler.server is not server:
-        _sampler = MetricsSampler(server)
-    return _sampler
-
-
-def current_sampler() -> MetricsSampler | None:
-    """The sampler this process runs, or None before the engine has one."""
-    return _sampler
-
-
-def set_sampler(sampler: MetricsSampler | None) -> None:
-    """Make `sampler` the process's (tests, and a server built outside the ASGI app)."""
-    global _sampler
-    _sampler = sampler
 
 
 def snapshot_message(snapshot: Snapshot) -> str:
@@ -78,34 +48,3 @@ class GroupPublisher:
         if self.layer is None:
             return
         await self.layer.group_send(self.group, {"type": MESSAGE_TYPE, "text": snapshot_message(snapshot)})
-
-
-def start_monitoring(server: InferenceServer) -> list[asyncio.Task[None]]:
-    """Start the sampler of `server` and its publisher on the running loop; returns the tasks (one)."""
-    sampler = sampler_for(server)
-    if not any(isinstance(s, GroupPublisher) for s in sampler.subscribers):
-        sampler.subscribe(GroupPublisher())
-    task = sampler.start()
-    logger.info("monitoring: sampling every %.0f s, streaming to /ws/metrics/", sampler.interval)
-    return [task]
-
-
-async def start_monitoring_hook(server: InferenceServer) -> None:
-    """engine_link's started hook: the same as start_monitoring."""
-    start_monitoring(server)
-
-
-async def stop_monitoring() -> None:
-    """Stop the process's sampler, if one runs."""
-    if _sampler is not None:
-        await _sampler.stop()
-
-
-async def stop_monitoring_hook(server: InferenceServer) -> None:
-    """engine_link's stopping hook: the sampler ends before the engine it reads."""
-    await stop_monitoring()
-
-
-def metrics_app(server: InferenceServer, fallback: ASGIApp | None = None) -> MetricsApp:
-    """/metrics over the process's sampler; every other path goes to `fallback` (the v2 front end)."""
-    return MetricsApp(server, sampler_for(server), fallback=fallback)

@@ -1,4 +1,4 @@
-"""The registry app's configuration: starts the reconciler once the process's engine has started."""
+"""The registry app: registered models, versions, uploads and audit events (the runtime starts its reconciler)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,3 @@ class RegistryConfig(AppConfig):
     label = "registry"
     verbose_name = "Model registry"
     default_auto_field = "django.db.models.BigAutoField"
-
-    def ready(self) -> None:
-        from console import engine_link
-        from console.registry.reconciler import recover_and_follow
-
-        engine_link.on_engine_started(recover_and_follow)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from django.db import transaction
@@ -10,27 +12,30 @@ from django.db import transaction
 from console.registry.models import ModelVersion, RegisteredModel, VersionState
 from console.registry.store import get_store
 
-# states a version leaves for UNLOADED once it is no longer wanted and the engine no longer has it
-_LIVE_STATES = (VersionState.PENDING, VersionState.LOADING, VersionState.READY)
-
 
 @dataclass(frozen=True)
 class ModelPlan:
-    """One registered model's desired state: version folders to serve, the active one, the config's digest."""
+    """One registered model's desired state: version folders to serve with their own configs, and the active one."""
 
     name: str
     versions: dict[int, Path]
     active: int | None
-    config_digest: str
+    configs: dict[int, dict] = field(default_factory=dict)  # each version's effective config, as recorded
 
     @property
     def signature(self) -> tuple:
         """What a load with this plan applied; equal signatures need no reload."""
-        return signature_of(self.versions, self.config_digest)
+        return signature_of(self.versions, self.configs)
 
 
-def signature_of(versions: dict[int, Path], config_digest: str) -> tuple:
-    return tuple(sorted((number, str(path)) for number, path in versions.items())), config_digest
+def signature_of(versions: dict[int, Path], configs: dict[int, dict]) -> tuple:
+    return tuple((number, str(path), _digest(configs.get(number))) for number, path in sorted(versions.items()))
+
+
+def _digest(config: dict | None) -> str:
+    if not config:
+        return ""
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
 
 
 def read_plans(name: str | None = None) -> list[ModelPlan]:
@@ -41,12 +46,19 @@ def read_plans(name: str | None = None) -> list[ModelPlan]:
         models = models.filter(name=name)
     plans = []
     for model in models:
-        versions = {
-            version.number: store.absolute(version.artifact)
+        wanted = [
+            version
             for version in model.versions.all()
             if version.should_load and version.artifact and version.state != VersionState.FAILED
-        }
-        plans.append(ModelPlan(model.name, versions, model.active_number, store.config_digest(model.name)))
+        ]
+        plans.append(
+            ModelPlan(
+                model.name,
+                {version.number: store.absolute(version.artifact) for version in wanted},
+                model.active_number,
+                {version.number: version.config for version in wanted if version.config},
+            )
+        )
     return plans
 
 
@@ -62,19 +74,4 @@ def record_outcome(name: str, ready: set[int], failed: dict[int, str]) -> None:
     """Write each version's state from what the engine holds now; only rows that change are saved."""
     with transaction.atomic():
         for version in ModelVersion.objects.filter(model__name=name).select_for_update():
-            state, error = _state_after(version, ready, failed)
-            if (state, error) != (version.state, version.error):
-                version.state, version.error = state, error
-                version.save(update_fields=["state", "error", "state_changed_at"])
-
-
-def _state_after(version: ModelVersion, ready: set[int], failed: dict[int, str]) -> tuple[str, str]:
-    if version.number in failed:
-        return VersionState.FAILED, failed[version.number]
-    if version.number in ready:
-        return VersionState.READY, ""
-    if not version.should_load and version.state in _LIVE_STATES:
-        return VersionState.UNLOADED, ""
-    if version.should_load and version.state == VersionState.READY:
-        return VersionState.PENDING, ""  # the engine lost it; the next pass loads it again
-    return version.state, version.error
+            version.apply_engine_state(version.number in ready, failed.get(version.number))

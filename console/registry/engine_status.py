@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from console import engine_link
-from console.registry.reconciler import engine_view
+from console.runtime import runtime_of
 
 
 @dataclass(frozen=True)
@@ -18,11 +17,9 @@ class EngineStatus:
 
     @classmethod
     def of(cls, name: str, context: dict[str, Any]) -> EngineStatus:
-        """The status of `name`; the engine's index is read once per serializer context (a list asks per model)."""
-        server = engine_link.server_or_none()
-        if server is None:
+        """The status of `name` in the engine of the request the serializer context carries."""
+        runtime = runtime_of(context.get("request"))
+        if runtime is None:
             return cls()
-        if "engine_index" not in context:
-            context["engine_index"] = server.repository_index()
-        ready, serving = engine_view(server, name, context["engine_index"])
-        return cls(frozenset(ready), serving)
+        status = runtime.server.status(name)
+        return cls(status.ready, status.serving)

@@ -17,13 +17,13 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from console.registry.models import AuditEvent, ModelVersion, RegisteredModel, VersionState, model_name_validator
-from console.registry.services import notify_changed
+from console.registry import services
+from console.registry.models import ModelVersion, RegisteredModel, VersionState, actor_user, model_name_validator
 from console.registry.store import ModelStore, folder_digest, get_store
-from engine.config import ModelConfig, VersionPolicy
-from engine.config_format import config_to_dict
+from engine.admission import RepositoryModel, effective_config, read_repository
+from engine.config import ModelConfig
+from engine.config_format import CONFIG_FILES, config_to_dict
 from engine.errors import InferaError
-from engine.repository import CONFIG_FILES, ModelRepository, complete_config, select_versions
 
 
 @dataclass
@@ -37,20 +37,20 @@ class ImportReport:
 
 def import_repository(path: Path | str, actor: Any = None, log: Callable[[str], None] = print) -> ImportReport:
     """Register every model under `path`; returns what was registered, skipped and failed."""
-    source = ModelRepository(Path(path))
+    root = Path(path)
     store = get_store()
-    in_place = Path(path).resolve() == store.root.resolve()
+    in_place = root.resolve() == store.root.resolve()
     report = ImportReport()
-    for name in source.model_names():
+    for found in read_repository(root):
         try:
-            model_name_validator(name)
+            model_name_validator(found.name)
         except ValidationError as exc:
-            report.skipped.append(f"{name}: {exc.messages[0]}")
+            report.skipped.append(f"{found.name}: {exc.messages[0]}")
             continue
-        try:
-            _import_model(source, store, name, in_place, actor, report)
-        except InferaError as exc:
-            report.failed.append(f"{name}: {exc.message}")
+        if found.problem:
+            report.failed.append(f"{found.name}: {found.problem}")
+            continue
+        _import_model(root, found, store, in_place, actor, report)
     for line in report.registered:
         log(f"registered {line}")
     for line in report.skipped:
@@ -61,21 +61,18 @@ def import_repository(path: Path | str, actor: Any = None, log: Callable[[str], 
 
 
 def _import_model(
-    source: ModelRepository, store: ModelStore, name: str, in_place: bool, actor: Any, report: ImportReport
+    root: Path, found: RepositoryModel, store: ModelStore, in_place: bool, actor: Any, report: ImportReport
 ) -> None:
-    raw = source.read_config(name)
-    found = source.version_paths(name)
-    policy = raw.version_policy if raw is not None else VersionPolicy()
-    selected = set(select_versions(policy, list(found), name))
+    name = found.name
     with transaction.atomic():
         model, _ = RegisteredModel.objects.get_or_create(
-            name=name, defaults={"created_by": _user(actor), "description": f"imported from {source.root}"}
+            name=name, defaults={"created_by": actor_user(actor), "description": f"imported from '{root.name}'"}
         )
         known = set(model.versions.values_list("number", flat=True))
         if not in_place:
-            _copy_config(source, store, name)
+            _copy_config(root, store, name)
         added: list[ModelVersion] = []
-        for number, folder in found.items():
+        for number, folder in found.versions.items():
             if number in known:
                 report.skipped.append(f"{name}/{number}: already registered")
                 continue
@@ -83,7 +80,7 @@ def _import_model(
             if target is None:
                 report.skipped.append(f"{name}/{number}: the store already holds a different folder")
                 continue
-            added.append(_register_version(model, raw, target, number, number in selected, store, actor))
+            added.append(_register_version(model, found.config, target, number, number in found.selected, store, actor))
             report.registered.append(f"{name}/{number}")
         loadable = [v for v in added if v.should_load]
         if model.active_version_id is None and loadable:
@@ -92,10 +89,7 @@ def _import_model(
             model.backend, model.platform = first.get("backend", ""), first.get("platform", "")
             model.save(update_fields=["active_version", "backend", "platform"])
         if added:
-            AuditEvent.record(
-                actor, "repository.import", name, source=str(source.root), versions=[v.number for v in added]
-            )
-            notify_changed(name)
+            services.record_import(actor, model, [v.number for v in added], root)
 
 
 def _register_version(
@@ -114,11 +108,11 @@ def _register_version(
         artifact=store.relative(folder),
         sha256=sha256,
         size=size,
-        uploaded_by=_user(actor),
+        uploaded_by=actor_user(actor),
         notes="imported",
     )
     try:
-        version.config = config_to_dict(complete_config(model.name, folder.parent, folder, raw))
+        version.config = config_to_dict(effective_config(model.name, folder, raw))
         version.should_load = selected
         version.state = VersionState.PENDING if selected else VersionState.UNLOADED
     except InferaError as exc:
@@ -139,17 +133,13 @@ def _copy_version(store: ModelStore, folder: Path, name: str, number: int) -> Pa
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def _copy_config(source: ModelRepository, store: ModelStore, name: str) -> None:
+def _copy_config(root: Path, store: ModelStore, name: str) -> None:
     """Bring the model's config file along, unless the store has one for it already."""
     target = store.model_dir(name)
     if any((target / file).is_file() for file in CONFIG_FILES):
         return
     for file in CONFIG_FILES:
-        if (source.root / name / file).is_file():
+        if (root / name / file).is_file():
             target.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source.root / name / file, target / file)
+            shutil.copyfile(root / name / file, target / file)
             return
-
-
-def _user(actor: Any) -> Any:
-    return actor if getattr(actor, "is_authenticated", False) else None

@@ -5,13 +5,47 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
-from django.core.validators import RegexValidator
+from django.core.exceptions import ValidationError
 from django.db import models
 
-# Triton-safe: a folder name on every filesystem, never hidden, never a path; the store and URLs use it as is
-MODEL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
-MODEL_NAME_RULE = "letters, digits, '_', '-' and '.', starting with a letter or digit, at most 128 characters"
-model_name_validator = RegexValidator(MODEL_NAME_PATTERN, f"a model name may hold only {MODEL_NAME_RULE}")
+from engine.admission import Principal
+from engine.names import MODEL_NAME_RULE, model_name_problem
+
+__all__ = [
+    "MODEL_NAME_RULE",
+    "model_name_validator",
+    "RegisteredModel",
+    "ModelVersion",
+    "AuditEvent",
+    "actor_user",
+    "actor_name",
+]
+
+
+def model_name_validator(value: str) -> None:
+    """The engine's rule for model names (engine.names): a folder name and URL segment on every platform."""
+    problem = model_name_problem(value)
+    if problem is not None:
+        raise ValidationError(problem, code="invalid")
+
+
+def actor_user(actor: Any) -> Any:
+    """The user behind an actor (a user, a Principal or a plain name such as 'system'), or None."""
+    if isinstance(actor, Principal):
+        if actor.user_id is None:
+            return None
+        from django.contrib.auth import get_user_model
+
+        return get_user_model().objects.filter(pk=actor.user_id).first()
+    return actor if getattr(actor, "is_authenticated", False) else None
+
+
+def actor_name(actor: Any) -> str:
+    """How the audit log names an actor."""
+    if isinstance(actor, Principal):
+        return actor.name
+    user = actor_user(actor)
+    return user.get_username() if user is not None else (actor if isinstance(actor, str) else "")
 
 
 class VersionState(models.TextChoices):
@@ -22,6 +56,10 @@ class VersionState(models.TextChoices):
     READY = "READY", "ready"
     FAILED = "FAILED", "failed"  # trial load or engine load failed; `error` says why
     UNLOADED = "UNLOADED", "unloaded"
+
+
+# states a version leaves for UNLOADED once it is no longer wanted and the engine no longer has it
+LIVE_STATES = (VersionState.PENDING, VersionState.LOADING, VersionState.READY)
 
 
 class RegisteredModel(models.Model):
@@ -89,6 +127,43 @@ class ModelVersion(models.Model):
     def is_active(self) -> bool:
         return self.model.active_version_id == self.pk
 
+    # ---- state transitions: the version's state machine, in one place; each saves only what it changed
+
+    def request_load(self) -> None:
+        """Ask for it to serve; a FAILED or UNLOADED version goes back to PENDING (as Triton, a load retries)."""
+        self.should_load = True
+        if self.state in (VersionState.FAILED, VersionState.UNLOADED):
+            self.state, self.error = VersionState.PENDING, ""
+        self.save(update_fields=["should_load", "state", "error", "state_changed_at"])
+
+    def request_unload(self) -> None:
+        """Ask for it to stop serving; the reconciler unloads it and marks it UNLOADED."""
+        self.should_load = False
+        self.save(update_fields=["should_load", "state_changed_at"])
+
+    def fail(self, reason: str) -> None:
+        """It could not load (trial load, engine load, a bad config): FAILED with the reason."""
+        self.state, self.error = VersionState.FAILED, reason
+        self.save(update_fields=["state", "error", "state_changed_at"])
+
+    def apply_engine_state(self, ready: bool, failure: str | None) -> bool:
+        """Take what the engine made of it (READY, or failed with a reason); True when the row changed."""
+        if failure is not None:
+            state, error = VersionState.FAILED, failure
+        elif ready:
+            state, error = VersionState.READY, ""
+        elif not self.should_load and self.state in LIVE_STATES:
+            state, error = VersionState.UNLOADED, ""
+        elif self.should_load and self.state == VersionState.READY:
+            state, error = VersionState.PENDING, ""  # the engine lost it; the next pass loads it again
+        else:
+            return False
+        if (state, error) == (self.state, self.error):
+            return False
+        self.state, self.error = state, error
+        self.save(update_fields=["state", "error", "state_changed_at"])
+        return True
+
 
 class AuditEvent(models.Model):
     """Who did what to which model or version, when, with the details that matter."""
@@ -111,7 +186,7 @@ class AuditEvent(models.Model):
 
     @classmethod
     def record(cls, actor: Any, action: str, obj: str, **detail: Any) -> AuditEvent:
-        """Write one event; `actor` is a user, or None for the system (the reconciler, the shell)."""
-        user = actor if getattr(actor, "is_authenticated", False) else None
-        name = user.get_username() if user is not None else (actor if isinstance(actor, str) else "")
-        return cls.objects.create(actor=user, actor_name=name, action=action, object=obj, detail=detail)
+        """Write one event; `actor` is a user, a Principal, a name, or None for the system (the reconciler)."""
+        return cls.objects.create(
+            actor=actor_user(actor), actor_name=actor_name(actor), action=action, object=obj, detail=detail
+        )

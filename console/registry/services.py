@@ -1,25 +1,41 @@
 """Domain actions on the registry: each changes the desired state, writes an audit event and tells the reconciler.
 
-Views, the v2 hooks and management commands call these and nothing else; each is one transaction, and the
-"registry.changed" message goes out only after it commits, so a reconciler never reads half a change.
+Views, the v2 repository control, the importer and management commands call these and nothing else; they alone
+write audit events and change notices. Each is one transaction, and the "registry.changed" message goes out only
+after it commits, so a reconciler never reads half a change. Whether a version may enter at all (who asks, whether
+it runs code, a trial load) is the engine's decision (engine.admission); `actor` is a user, a Principal or a name.
 """
 
 from __future__ import annotations
 
 import logging
+import shutil
+from collections.abc import Callable
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
+from django.conf import settings
 from django.core.files.uploadedfile import UploadedFile
 from django.db import IntegrityError, transaction
 
-from console.accounts.permissions import python_models_refusal
+from console.accounts.principals import principal_for
 from console.registry import uploads
-from console.registry.models import AuditEvent, ModelVersion, RegisteredModel, VersionState, model_name_validator
+from console.registry.models import (
+    AuditEvent,
+    ModelVersion,
+    RegisteredModel,
+    VersionState,
+    actor_user,
+    model_name_validator,
+)
 from console.registry.store import get_store
+from engine import admission
+from engine.admission import SYSTEM, Principal
 from engine.config import ModelConfig
-from engine.config_format import config_to_dict, parse_config_json
+from engine.config_format import config_to_dict, merge_config, parse_config_json
+from engine.errors import CodeRefused, InferaError
 
 logger = logging.getLogger("console.registry")
 
@@ -46,6 +62,14 @@ class NotFound(RegistryError):
 
 class Conflict(RegistryError):
     status = 409
+
+
+def caller_of(actor: Any) -> Principal:
+    """The engine's Principal for an actor: a user's role decides; the system and the shell are trusted."""
+    if isinstance(actor, Principal):
+        return actor
+    user = actor_user(actor)
+    return principal_for(user) if user is not None else SYSTEM
 
 
 def notify_changed(name: str) -> None:
@@ -90,10 +114,13 @@ def register_model(
 ) -> RegisteredModel:
     """A new model with no versions yet."""
     model_name_validator(name)
+    if RegisteredModel.objects.filter(name__iexact=name).exclude(name=name).exists():
+        # two folders differing only in case are one folder on case-insensitive filesystems
+        raise Conflict(f"a model whose name differs from '{name}' only in case is already registered")
     try:
         with transaction.atomic():
             model = RegisteredModel.objects.create(
-                name=name, description=description, backend=backend, platform=platform, created_by=_user(actor)
+                name=name, description=description, backend=backend, platform=platform, created_by=actor_user(actor)
             )
             AuditEvent.record(actor, "model.register", name, description=description)
     except IntegrityError:
@@ -138,47 +165,129 @@ def add_version(
 
     The first version of a model becomes its active one. `activate` makes this one active as soon as it loads.
     """
-    store = get_store()
     base_config = _model_config(model)
     try:
-        staged = uploads.stage_upload(store, file, config, base_config)
+        staged = uploads.stage_upload(get_store(), file, config, base_config)
     except uploads.UploadRejected as exc:
         raise RegistryError(exc.message, exc.status) from None
     try:
-        if staged.is_python:
-            refusal = python_models_refusal(actor)
-            if refusal:
-                raise RegistryError(f"upload refused: {refusal}", 403)
-        with transaction.atomic():
-            number = (
-                RegisteredModel.objects.select_for_update()
-                .get(pk=model.pk)
-                .next_version_number(store.version_numbers(model.name))
-            )
-            version = ModelVersion.objects.create(
-                model=model,
-                number=number,
-                sha256=staged.sha256,
-                size=staged.size,
-                notes=notes,
-                uploaded_by=_user(actor),
-                state=VersionState.PENDING,
-            )
-        staged.assign_number(model.name, number)
-        try:
-            effective = uploads.check_version(model.name, staged, base_config)
-        except uploads.TrialFailed as exc:
-            return _fail_upload(actor, version, str(exc), staged)
-        return _store_version(actor, model, version, staged, effective, activate)
+        return _admit_staged(actor, model, staged, base_config, notes=notes, activate=activate)
     finally:
         staged.cleanup()
 
 
+def add_version_from_files(
+    actor: Any, model: RegisteredModel, files: dict[PurePosixPath, bytes], override: dict | None
+) -> ModelVersion:
+    """A /v2 repository load with files for a registered model: a new version (audited), made active.
+
+    The files are one version folder of Triton's `file:<version>/<name>` layout (the version number names the
+    folder only; the registry numbers versions itself). `override` is the load's `config` parameter.
+    """
+    folders = {path.parts[0] for path in files}
+    if len(folders) != 1 or not next(iter(folders)).isdigit() or any(len(path.parts) < 2 for path in files):
+        raise RegistryError(
+            f"a load with files for the registered model '{model.name}' must send one version folder "
+            "(file:<version>/<name>), got " + ", ".join(sorted(str(p) for p in files))
+        )
+
+    def write(version_dir: Path) -> None:
+        for path, content in files.items():
+            target = version_dir.joinpath(*path.parts[1:])
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(content)
+
+    return _new_active_version(actor, model, write, override, notes="loaded through /v2")
+
+
+def add_version_with_config(actor: Any, model: RegisteredModel, override: dict) -> ModelVersion:
+    """A /v2 repository load with a config for a registered model: its active files with that config, as a new
+    version (audited) made active, so the old version and its config stay for a rollback."""
+    active = model.active_version
+    if active is None or not active.artifact:
+        raise Conflict(f"model '{model.name}' has no active version whose files a new config could use")
+    source = get_store().absolute(active.artifact)
+
+    def copy(version_dir: Path) -> None:
+        shutil.copytree(source, version_dir, symlinks=False)
+
+    return _new_active_version(actor, model, copy, override, notes="config changed through /v2")
+
+
+def _new_active_version(
+    actor: Any, model: RegisteredModel, fill: Callable[[Path], None], override: dict | None, notes: str
+) -> ModelVersion:
+    """A version folder made in staging by `fill`, with the model's config and `override`, admitted and activated."""
+    root = get_store().new_staging()
+    try:
+        version_dir = root / "version"
+        fill(version_dir)
+        staged = uploads.staged_folder(root, version_dir)
+        base_config = _model_config(model)
+        staged.config = _merged(model.name, base_config, override)
+        return _admit_staged(actor, model, staged, base_config, notes=notes, activate=True)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _merged(name: str, base: ModelConfig | None, override: dict | None) -> ModelConfig | None:
+    if not override:
+        return base
+    try:
+        return merge_config(base or ModelConfig(name=name), override, source=f"model '{name}': config override")
+    except InferaError as exc:
+        raise RegistryError(exc.message) from None
+
+
+def _admit_staged(
+    actor: Any,
+    model: RegisteredModel,
+    staged: uploads.StagedUpload,
+    base_config: ModelConfig | None,
+    *,
+    notes: str,
+    activate: bool,
+) -> ModelVersion:
+    """The engine's admission of a staged version folder, recorded: refused, FAILED with the reason, or stored."""
+    caller = caller_of(actor)
+    engine_settings = settings.INFERA.engine
+    raw = staged.config if staged.config is not None else base_config
+    try:
+        admission.check_admissible(model.name, staged.version_dir, raw, caller, engine_settings)
+    except CodeRefused as exc:
+        raise RegistryError(f"upload refused: {exc.message}", 403) from None
+    except InferaError:
+        pass  # what is wrong with the version itself is recorded by the trial load below
+    store = get_store()
+    with transaction.atomic():
+        number = (
+            RegisteredModel.objects.select_for_update()
+            .get(pk=model.pk)
+            .next_version_number(store.version_numbers(model.name))
+        )
+        version = ModelVersion.objects.create(
+            model=model,
+            number=number,
+            sha256=staged.sha256,
+            size=staged.size,
+            notes=notes,
+            uploaded_by=actor_user(actor),
+            state=VersionState.PENDING,
+        )
+    staged.assign_number(model.name, number)
+    try:
+        effective = admission.admit(model.name, staged.version_dir, raw, caller=caller, settings=engine_settings)
+    except CodeRefused as exc:
+        version.delete()
+        raise RegistryError(f"upload refused: {exc.message}", 403) from None
+    except InferaError as exc:
+        return _fail_upload(actor, version, exc.message, staged)
+    return _store_version(actor, model, version, staged, effective, activate)
+
+
 def _fail_upload(actor: Any, version: ModelVersion, reason: str, staged: uploads.StagedUpload) -> ModelVersion:
     with transaction.atomic():
-        version.state = VersionState.FAILED
-        version.error = reason
-        version.save(update_fields=["state", "error", "state_changed_at"])
+        version.fail(reason)
         AuditEvent.record(
             actor, "version.upload", version.label, state="FAILED", error=reason, sha256=staged.sha256, size=staged.size
         )
@@ -250,11 +359,7 @@ def load_version(actor: Any, version: ModelVersion) -> ModelVersion:
     if not version.artifact:
         raise Conflict(f"version {version.number} of '{version.model.name}' has no files in the store to load")
     with transaction.atomic():
-        version.should_load = True
-        if version.state in (VersionState.FAILED, VersionState.UNLOADED):
-            version.state = VersionState.PENDING
-            version.error = ""
-        version.save(update_fields=["should_load", "state", "error", "state_changed_at"])
+        version.request_load()
         AuditEvent.record(actor, "version.load", version.label)
         notify_changed(version.model.name)
     return version
@@ -268,8 +373,7 @@ def unload_version(actor: Any, version: ModelVersion) -> ModelVersion:
             "before unloading it"
         )
     with transaction.atomic():
-        version.should_load = False
-        version.save(update_fields=["should_load", "state_changed_at"])
+        version.request_unload()
         AuditEvent.record(actor, "version.unload", version.label)
         notify_changed(version.model.name)
     return version
@@ -300,5 +404,54 @@ def _model_config(model: RegisteredModel) -> ModelConfig | None:
         return None
 
 
-def _user(actor: Any) -> Any:
-    return actor if getattr(actor, "is_authenticated", False) else None
+# ---- /v2 repository control and imports: the same door
+
+
+def v2_load(actor: Any, name: str) -> list[int] | None:
+    """A /v2 load of a registered model: its active version (or newest usable one) should serve.
+
+    Returns the version numbers asked for, or None when the registry does not know the model.
+    """
+    with transaction.atomic():
+        model = RegisteredModel.objects.select_for_update().filter(name=name).first()
+        if model is None:
+            return None
+        versions = list(model.versions.exclude(artifact=""))
+        chosen = [v for v in versions if v.should_load]
+        if not chosen:
+            usable = [v for v in versions if v.state != VersionState.FAILED] or versions
+            active = next((v for v in versions if v.pk == model.active_version_id), None)
+            pick = active or (max(usable, key=lambda v: v.number) if usable else None)
+            chosen = [pick] if pick is not None else []
+        for version in chosen:
+            version.request_load()
+        AuditEvent.record(actor, "v2.load", name, versions=[v.number for v in chosen])
+        notify_changed(name)
+    return [v.number for v in chosen]
+
+
+def v2_unload(actor: Any, name: str) -> bool:
+    """A /v2 unload of a registered model: no version should serve. False when the registry does not know it."""
+    with transaction.atomic():
+        model = RegisteredModel.objects.filter(name=name).first()
+        if model is None:
+            return False
+        for version in model.versions.filter(should_load=True):
+            version.request_unload()
+        AuditEvent.record(actor, "v2.unload", name)
+        notify_changed(name)
+    return True
+
+
+def failures_of(name: str, numbers: list[int]) -> str:
+    """The reasons of the asked-for versions that failed, joined; empty when none did."""
+    if not numbers:
+        return "no version of it has files in the model store"
+    failed = ModelVersion.objects.filter(model__name=name, number__in=numbers, state=VersionState.FAILED)
+    return "; ".join(f"version {v.number}: {v.error}" for v in failed.order_by("number"))
+
+
+def record_import(actor: Any, model: RegisteredModel, numbers: list[int], source: Path) -> None:
+    """Audit and announce versions registered from an existing repository (the importer's one write of both)."""
+    AuditEvent.record(actor, "repository.import", model.name, source=source.name, versions=numbers)
+    notify_changed(model.name)

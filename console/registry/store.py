@@ -10,18 +10,22 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import socket
 import tempfile
+import time
 import uuid
 from pathlib import Path
 
 from django.conf import settings
 
+from engine.admission import version_folders
 from engine.config import ModelConfig
-from engine.config_format import config_to_pbtxt
-from engine.repository import CONFIG_FILES, ModelRepository
+from engine.config_format import CONFIG_FILES, config_to_pbtxt, read_config_file
 
 STAGING = ".staging"
 TRASH = ".trash"
+ABANDONED_AFTER_SECONDS = 24 * 3600
+_HOST = socket.gethostname().replace(".", "-")[:60] or "host"
 
 
 class StoreConflict(Exception):
@@ -51,13 +55,13 @@ class ModelStore:
         """Numbered version folders of a model on disk (none when the model has no folder)."""
         if not self.model_dir(name).is_dir():
             return []
-        return sorted(ModelRepository(self.root).version_paths(name))
+        return sorted(version_folders(self.model_dir(name)))
 
     def read_config(self, name: str) -> ModelConfig | None:
         """The model's config file as written, or None when the model has no folder or no config."""
         if not self.model_dir(name).is_dir():
             return None
-        return ModelRepository(self.root).read_config(name)
+        return read_config_file(self.model_dir(name))
 
     def config_digest(self, name: str) -> str:
         """A digest of the model's config file bytes (empty when none): tells the reconciler it changed."""
@@ -68,10 +72,29 @@ class ModelStore:
         return ""
 
     def new_staging(self) -> Path:
-        """An empty folder inside the store (same filesystem, so the final rename is atomic)."""
-        path = self.root / STAGING / uuid.uuid4().hex
+        """An empty folder inside the store (same filesystem, so the final rename is atomic).
+
+        Its name says which host and process made it, so a sweep can tell leftovers of a crash from an upload
+        another replica is writing right now.
+        """
+        path = self.root / STAGING / f"{_HOST}.{os.getpid()}.{uuid.uuid4().hex}"
         path.mkdir(parents=True)
         return path
+
+    def sweep(self, older_than: float = ABANDONED_AFTER_SECONDS) -> list[str]:
+        """Remove staging and trash folders a crashed process left: this host's whose process is gone, and any
+        older than `older_than` seconds. Returns the names removed."""
+        removed = []
+        now = time.time()
+        for area in (STAGING, TRASH):
+            folder = self.root / area
+            if not folder.is_dir():
+                continue
+            for entry in folder.iterdir():
+                if _abandoned(entry, now - older_than):
+                    shutil.rmtree(entry, ignore_errors=True)
+                    removed.append(f"{area}/{entry.name}")
+        return removed
 
     def commit_version(self, staged: Path, name: str, number: int) -> Path:
         """Move a complete staged version folder to `<name>/<number>` with one rename."""
@@ -101,15 +124,38 @@ class ModelStore:
     def _discard(self, path: Path) -> None:
         if not path.exists():
             return
-        trash = self.root / TRASH / uuid.uuid4().hex
+        trash = self.root / TRASH / f"{_HOST}.{os.getpid()}.{uuid.uuid4().hex}"
         trash.parent.mkdir(parents=True, exist_ok=True)
         os.rename(path, trash)
         shutil.rmtree(trash, ignore_errors=True)
 
 
+def _abandoned(entry: Path, cutoff: float) -> bool:
+    try:
+        if entry.stat().st_mtime < cutoff:
+            return True
+    except FileNotFoundError:
+        return False
+    host, _, rest = entry.name.partition(".")
+    pid = rest.partition(".")[0]
+    if host != _HOST or not pid.isdigit():
+        return False
+    return int(pid) != os.getpid() and not _alive(int(pid))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def get_store() -> ModelStore:
     """The store this process serves from (INFERA_MODEL_STORE)."""
-    return ModelStore(settings.INFERA_MODEL_STORE)
+    return ModelStore(settings.INFERA.model_store)
 
 
 def folder_digest(folder: Path) -> tuple[str, int]:

@@ -1,9 +1,9 @@
-"""Uploaded model versions: checked and staged before anything reaches the store, then trial-loaded.
+"""Uploaded model versions: checked and staged before anything reaches the store.
 
-Two kinds of refusal. `UploadRejected` (4xx, nothing recorded) covers what is wrong with the request itself: the
-size, the file type, an unsafe archive, a config that does not parse, a python model from someone who may not
-upload code. `TrialFailed` covers what the engine finds: a config that fails validation or contradicts the model,
-a model file its runtime cannot load. That version is recorded as FAILED with the reason.
+`UploadRejected` (4xx, nothing recorded) covers what is wrong with the request itself: the size, the file type, an
+unsafe archive, a config that does not parse. What the engine finds afterwards (the version runs code its uploader
+may not load, a config that fails validation or contradicts the model, a file its runtime cannot load) is decided
+by engine.admission, called from services.
 """
 
 from __future__ import annotations
@@ -19,19 +19,16 @@ from django.conf import settings
 from django.core.files.uploadedfile import UploadedFile
 
 from console.registry import archives
-from console.registry.store import ModelStore
-from engine.backends import Device, get_backend
+from console.registry.store import ModelStore, folder_digest
+from engine.admission import MODEL_FILES
 from engine.config import ModelConfig
-from engine.config_format import parse_config_json, parse_config_pbtxt
-from engine.devices import gpu_count
+from engine.config_format import CONFIG_FILES, parse_config_json, parse_config_pbtxt
 from engine.errors import InferaError
-from engine.lifecycle import instance_devices
-from engine.repository import CONFIG_FILES, MODEL_FILE_BACKENDS, complete_config
 
 # a single uploaded model file, by suffix -> the name it takes in the version folder
-MODEL_FILES_BY_SUFFIX = {Path(name).suffix: name for name in MODEL_FILE_BACKENDS}
+MODEL_FILES_BY_SUFFIX = {Path(name).suffix: name for name in MODEL_FILES}
 MAX_CONFIG_BYTES = 1024 * 1024
-MODEL_FILE_NAMES = ", ".join(MODEL_FILE_BACKENDS)
+MODEL_FILE_NAMES = ", ".join(MODEL_FILES)
 
 
 class UploadRejected(Exception):
@@ -43,25 +40,21 @@ class UploadRejected(Exception):
         self.status = status
 
 
-class TrialFailed(Exception):
-    """The engine refused the version (config validation, auto-complete, or loading it); the message says why."""
-
-
 def max_upload_bytes() -> int:
-    return int(settings.INFERA_MAX_UPLOAD_MB) * 1024 * 1024
+    return settings.INFERA.max_upload_bytes
 
 
 def max_unpacked_bytes() -> int:
     """Archives may unpack to this much (INFERA_MAX_UNPACKED_MB, default four times the upload limit)."""
-    return int(getattr(settings, "INFERA_MAX_UNPACKED_MB", 4 * settings.INFERA_MAX_UPLOAD_MB)) * 1024 * 1024
+    return settings.INFERA.max_unpacked_mb * 1024 * 1024
 
 
 def max_archive_members() -> int:
-    return int(getattr(settings, "INFERA_MAX_ARCHIVE_MEMBERS", 10_000))
+    return settings.INFERA.max_archive_members
 
 
 def too_large(size: int) -> UploadRejected:
-    limit = settings.INFERA_MAX_UPLOAD_MB
+    limit = settings.INFERA.max_upload_mb
     return UploadRejected(
         f"the upload is {size / (1024 * 1024):.1f} MB, over the limit of {limit} MB (INFERA_MAX_UPLOAD_MB)", 413
     )
@@ -76,7 +69,6 @@ class StagedUpload:
     sha256: str
     size: int
     config: ModelConfig | None = None
-    is_python: bool = False
     notes: list[str] = field(default_factory=list)
 
     def assign_number(self, name: str, number: int) -> None:
@@ -143,7 +135,6 @@ def stage_upload(
             staged.notes.append("the config inside the archive was ignored: a config was sent with the upload")
         staged.config = config
         _check_model_file(staged.version_dir, config or base_config)
-        staged.is_python = _is_python(staged.version_dir, config or base_config)
         return staged
     except BaseException:
         shutil.rmtree(root, ignore_errors=True)
@@ -206,42 +197,12 @@ def _check_model_file(version_dir: Path, config: ModelConfig | None) -> None:
         if not (version_dir / wanted).exists():
             raise UploadRejected(f"the upload holds no '{wanted}' (the config's default_model_filename)")
         return
-    if not any((version_dir / name).exists() for name in MODEL_FILE_BACKENDS):
+    if not any((version_dir / name).exists() for name in MODEL_FILES):
         shown = ", ".join(present[:10]) or "nothing"
         raise UploadRejected(f"the upload holds none of {MODEL_FILE_NAMES} (it holds: {shown})")
 
 
-def _is_python(version_dir: Path, config: ModelConfig | None) -> bool:
-    """True when the version would run as a python-backend model (code executed inside the server)."""
-    if config is not None and config.backend_name:
-        return config.backend_name == "python"
-    named = config.default_model_filename if config is not None else ""
-    return (version_dir / (named or "model.py")).suffix == ".py" and (version_dir / (named or "model.py")).exists()
-
-
-def check_version(name: str, staged: StagedUpload, base_config: ModelConfig | None) -> ModelConfig:
-    """The effective config after the engine's completion and validation, once a trial load has passed."""
-    raw = staged.config if staged.config is not None else base_config
-    try:
-        effective = complete_config(name, staged.version_dir.parent, staged.version_dir, raw)
-        trial_load(effective, staged.version_dir)
-    except InferaError as exc:
-        raise TrialFailed(exc.message) from None
-    return effective
-
-
-def trial_load(config: ModelConfig, version_dir: Path) -> None:
-    """Load the version once on the CPU with its backend and release it; raise with the runtime's reason.
-
-    One CPU instance is enough to prove the file and the config agree, and it takes no GPU memory from what is
-    serving. Instance groups are still checked against this machine, so KIND_GPU without a GPU fails here.
-    """
-    instance_devices(config, gpu_count())
-    backend = get_backend(config.backend_name)(config, version_dir, Device("CPU", 0))
-    try:
-        backend.load()
-    except InferaError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - a runtime's own exception is a load failure with its reason
-        raise TrialFailed(f"loading the model failed: {type(exc).__name__}: {exc}") from exc
-    backend.unload()
+def staged_folder(root: Path, version_dir: Path) -> StagedUpload:
+    """A version folder already laid out in staging (files sent through /v2, a copy of another version)."""
+    sha256, size = folder_digest(version_dir)
+    return StagedUpload(root, version_dir, sha256, size)

@@ -1,115 +1,88 @@
 """Triton's v2 repository load/unload as changes of the registry's desired state.
 
-When the console serves the engine, `POST /v2/repository/models/<m>/load` and `.../unload` for a registered
-model change the same state the console's buttons change, then wait for the reconciler to act on it, so a
-later restart or replica comes back to what v2 asked for. Each hook returns True when it handled the request
-and False when the engine's own handling applies (models the registry does not know, and loads that carry a
-config override or files, which are ad-hoc by nature).
+When the console serves the engine, `POST /v2/repository/models/<m>/load` and `.../unload` for a registered model go
+through the registry's services like the console's buttons, then wait for the reconciler to act on them, so a later
+restart or replica comes back to what v2 asked for. A load that sends files, or a config, for a registered model
+becomes a new version in the registry (audited, trial-loaded, made active), never a silent replacement. Models the
+registry does not know are left to the engine (`False`). The caller has already been allowed to change models by
+the front end; whether the load may run code is the engine's decision, made in services through engine.admission.
 """
 
 from __future__ import annotations
 
+from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from channels.db import database_sync_to_async
-from django.db import transaction
 
-from console import engine_link
-from console.registry.models import AuditEvent, RegisteredModel, VersionState
-from console.registry.reconciler import reconcile_model
-from console.registry.services import notify_changed
-from console.registry.v2_access import V2_ACTOR, authorize_change, carries_code
-from engine.errors import LoadError
+from console.registry import services
+from engine.admission import Principal
+from engine.errors import Forbidden, InvalidArgument, LoadError
 
 if TYPE_CHECKING:
-    from engine.server import InferenceServer
-
-
-async def on_v2_load(
-    name: str,
-    *,
-    config: Any = None,
-    files: dict[str, bytes] | None = None,
-    server: InferenceServer | None = None,
-    actor: str = V2_ACTOR,
-) -> bool:
-    """Mark the model's active version (or its newest usable one) to load, and load it; LoadError on failure."""
-    if config or files:
-        return False
-    wanted = await database_sync_to_async(_want_loaded)(name, actor)
-    if wanted is None:
-        return False
-    await reconcile_model(server or engine_link.get_server(), name)
-    failure = await database_sync_to_async(_failure_of)(name, wanted)
-    if failure:
-        raise LoadError(f"failed to load '{name}': {failure}")
-    return True
-
-
-async def on_v2_unload(name: str, *, server: InferenceServer | None = None, actor: str = V2_ACTOR) -> bool:
-    """Mark every version of the model not to load, and unload it."""
-    handled = await database_sync_to_async(_want_unloaded)(name, actor)
-    if not handled:
-        return False
-    await reconcile_model(server or engine_link.get_server(), name)
-    return True
-
-
-def _want_loaded(name: str, actor: str) -> list[int] | None:
-    """The version numbers that will load, or None when the model is not registered."""
-    with transaction.atomic():
-        model = RegisteredModel.objects.select_for_update().filter(name=name).first()
-        if model is None:
-            return None
-        versions = list(model.versions.exclude(artifact=""))
-        chosen = [v for v in versions if v.should_load]
-        if not chosen:
-            usable = [v for v in versions if v.state != VersionState.FAILED] or versions
-            active = next((v for v in versions if v.pk == model.active_version_id), None)
-            pick = active or (max(usable, key=lambda v: v.number) if usable else None)
-            chosen = [pick] if pick is not None else []
-        for version in chosen:
-            version.should_load = True
-            if version.state in (VersionState.FAILED, VersionState.UNLOADED):
-                version.state, version.error = VersionState.PENDING, ""  # as Triton: a load retries
-            version.save(update_fields=["should_load", "state", "error", "state_changed_at"])
-        AuditEvent.record(actor, "v2.load", name, versions=[v.number for v in chosen])
-        notify_changed(name)
-    return [v.number for v in chosen]
-
-
-def _want_unloaded(name: str, actor: str) -> bool:
-    with transaction.atomic():
-        model = RegisteredModel.objects.filter(name=name).first()
-        if model is None:
-            return False
-        model.versions.update(should_load=False)
-        AuditEvent.record(actor, "v2.unload", name)
-        notify_changed(name)
-    return True
-
-
-def _failure_of(name: str, numbers: list[int]) -> str:
-    """The reasons of the asked-for versions that failed, joined; empty when none did."""
-    if not numbers:
-        return "no version of it has files in the model store"
-    failed = RegisteredModel.objects.get(name=name).versions.filter(number__in=numbers, state=VersionState.FAILED)
-    return "; ".join(f"version {v.number}: {v.error}" for v in failed)
+    from console.registry.reconciler import Reconciler
 
 
 class RegistryRepositoryControl:
-    """The engine's RepositoryControl backed by the registry: v2 load/unload change the console's desired state.
+    """The engine's RepositoryControl backed by the registry."""
 
-    The caller is checked first (v2_access): an inference or viewer token may not change models, and only admins
-    may load code.
-    """
+    def __init__(self, reconciler: Reconciler) -> None:
+        self.reconciler = reconciler
 
     async def load(
-        self, name: str, *, config: Any = None, files: dict[str, bytes] | None = None, scope: Any = None
+        self,
+        name: str,
+        *,
+        config: dict[str, Any] | None,
+        files: dict[PurePosixPath, bytes] | None,
+        caller: Principal,
     ) -> bool:
-        caller = await authorize_change(scope, name, code=carries_code(config, files))
-        return await on_v2_load(name, config=config, files=files, actor=caller.actor)
+        """Serve the model's active version, or a new version made of the sent files or config; LoadError on failure."""
+        if files or config:
+            handled = await database_sync_to_async(_new_version)(caller, name, files, config)
+            if not handled:
+                return False
+        else:
+            wanted = await database_sync_to_async(services.v2_load)(caller, name)
+            if wanted is None:
+                return False
+        await self.reconciler.reconcile_model(name)
+        numbers = await database_sync_to_async(_wanted_numbers)(name)
+        failure = await database_sync_to_async(services.failures_of)(name, numbers)
+        if failure:
+            raise LoadError(failure, model=name)
+        return True
 
-    async def unload(self, name: str, *, scope: Any = None) -> bool:
-        caller = await authorize_change(scope, name)
-        return await on_v2_unload(name, actor=caller.actor)
+    async def unload(self, name: str, *, caller: Principal) -> bool:
+        """Mark every version of the model not to load, and unload it."""
+        if not await database_sync_to_async(services.v2_unload)(caller, name):
+            return False
+        await self.reconciler.reconcile_model(name)
+        return True
+
+
+def _new_version(
+    caller: Principal, name: str, files: dict[PurePosixPath, bytes] | None, config: dict[str, Any] | None
+) -> bool:
+    """Register the sent files or config as a new active version; False when the model is not registered."""
+    try:
+        model = services.get_model(name)
+    except services.NotFound:
+        return False
+    try:
+        if files:
+            services.add_version_from_files(caller, model, files, config)
+        else:
+            services.add_version_with_config(caller, model, config or {})
+    except services.RegistryError as exc:
+        if exc.status == 403:
+            raise Forbidden(exc.message) from None
+        version = exc.extra.get("version")
+        if version is not None:
+            raise LoadError(exc.message, model=name) from None
+        raise InvalidArgument(f"failed to load '{name}': {exc.message}") from None
+    return True
+
+
+def _wanted_numbers(name: str) -> list[int]:
+    return list(services.get_model(name).versions.filter(should_load=True).values_list("number", flat=True))

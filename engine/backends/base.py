@@ -61,7 +61,8 @@ class Backend(ABC):
     def require_model_file(self) -> Path:
         """The model file, or a LoadError naming the path that is missing."""
         if not self.model_path.is_file():
-            raise LoadError(f"model file '{self.model_path}' not found")
+            shown = f"{self.version_path.parent.name}/{self.version_path.name}/{self.model_path.name}"
+            raise LoadError(f"model file '{shown}' not found")
         return self.model_path
 
     def prepare(self, requests: list[dict[str, np.ndarray]]) -> Any:
@@ -83,6 +84,14 @@ class Backend(ABC):
             if start != array.shape[0]:
                 raise ValueError(f"output '{name}' has batch {array.shape[0]}, the batch held {start}")
         return results
+
+    @classmethod
+    def code_in(cls, config: ModelConfig) -> str | None:
+        """Why loading a version with this config runs code in the loading process, or None when it only reads data.
+
+        Asked once per load by engine.admission, on the resolved config, before any file of the version is opened.
+        """
+        return None
 
     @classmethod
     def autocomplete(cls, config: ModelConfig, version_path: Path) -> ModelConfig:

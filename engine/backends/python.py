@@ -20,6 +20,7 @@ import numpy as np
 from engine.backends import python_utils as pb_utils
 from engine.backends import register_backend
 from engine.backends.base import Backend
+from engine.config import ModelConfig
 from engine.config_format import config_to_dict
 from engine.datatypes import config_to_wire, numpy_dtype
 from engine.errors import BackendError, LoadError
@@ -39,6 +40,10 @@ class PythonBackend(Backend):
     """Loads model.py as a module of its own per instance and calls its TritonPythonModel."""
 
     name = "python"
+
+    @classmethod
+    def code_in(cls, config: ModelConfig) -> str | None:
+        return f"{config.model_filename} runs code inside the server"
 
     def load(self) -> None:
         self.require_model_file()

@@ -15,7 +15,7 @@ import numpy as np
 from engine.backends import register_backend
 from engine.backends.base import Backend
 from engine.backends.tensor_layout import int_parameter, to_config_shape, to_model_shape
-from engine.config import TensorConfig
+from engine.config import ModelConfig, TensorConfig
 from engine.datatypes import config_to_wire, numpy_dtype
 from engine.errors import BackendError, LoadError
 
@@ -38,6 +38,14 @@ class PyTorchBackend(Backend):
     """Runs a TorchScript or torch.export model under torch.inference_mode on the instance's device."""
 
     name = "pytorch"
+
+    @classmethod
+    def code_in(cls, config: ModelConfig) -> str | None:
+        # torch.export.load unpickles parts of the archive with weights_only=False: a crafted .pt2 runs its code.
+        # TorchScript (.pt) is read by torch's own restricted loader and is treated as data.
+        if config.model_filename.endswith(".pt2"):
+            return f"{config.model_filename} is a torch.export archive, which torch unpickles: it can run code"
+        return None
 
     def load(self) -> None:
         import torch

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 from typing import Any, Protocol
 
 import orjson
 
+from engine.admission import ANONYMOUS, Principal
+from engine.config import ModelConfig
 from engine.errors import InferaError, InvalidArgument
 from engine.frontend.routes import Route, parse_version
+from engine.names import check_model_name, normalise_files
 from engine.protocol import (
     choose_response_encoding,
     compress_body,
@@ -20,11 +25,14 @@ from engine.protocol import (
     parse_header_length,
     parse_json_object,
 )
-from engine.server import EXTENSIONS, InferenceServer
+from engine.server import EXTENSIONS, InferenceServer, config_override
+from engine.types import InferenceRequest
 
 JSON = b"application/json"
 OCTET_STREAM = b"application/octet-stream"
 FILE_PREFIX = "file:"
+# bodies up to this size decode on the event loop (cheaper than a thread hop); larger ones on a worker thread
+DECODE_ON_LOOP_BYTES = 256 * 1024
 
 
 @dataclass(slots=True)
@@ -39,20 +47,26 @@ class Incoming:
     max_body_bytes: int = 0
     repository_control: RepositoryControl | None = None
     scope: Any = None
+    principal: Principal = ANONYMOUS
 
 
 class RepositoryControl(Protocol):
     """Who owns the desired state of models (the console's registry): repository load/unload go there first.
 
-    Each returns True when it handled the request, False to let the engine load or unload by itself; it may
-    refuse the caller (Forbidden) after reading who sent the request from the ASGI `scope`.
+    Each returns True when it handled the request, False to let the engine load or unload by itself. `files`
+    are already normalised (engine.names); `caller` is who asked, already allowed to change models.
     """
 
     async def load(
-        self, name: str, *, config: Any = None, files: dict[str, bytes] | None = None, scope: Any = None
+        self,
+        name: str,
+        *,
+        config: dict[str, Any] | None,
+        files: dict[PurePosixPath, bytes] | None,
+        caller: Principal,
     ) -> bool: ...
 
-    async def unload(self, name: str, *, scope: Any = None) -> bool: ...
+    async def unload(self, name: str, *, caller: Principal) -> bool: ...
 
 
 @dataclass(slots=True)
@@ -105,20 +119,31 @@ def stats(server: InferenceServer, incoming: Incoming) -> Reply:
     return _json(server.statistics(route.model, parse_version(route.version)))
 
 
+def _decode(incoming: Incoming, config: ModelConfig, version: int | None) -> InferenceRequest:
+    body = decompress_body(incoming.body, incoming.content_encoding, incoming.max_body_bytes)
+    return decode_infer_request(
+        body,
+        parse_header_length(incoming.header_length),
+        config,
+        model_name=incoming.route.model,
+        model_version=version,
+    )
+
+
 async def infer(server: InferenceServer, incoming: Incoming) -> Reply:
-    """Decode against the served version's config, run the request, encode what the client asked for."""
+    """Decode against the served version's config, run the request, encode what the client asked for.
+
+    A large body is decoded on a worker thread, so one request's megabytes never stall the event loop (health
+    probes, the console, every other model).
+    """
     route = incoming.route
     version = parse_version(route.version)
     served = server.get_model(route.model, version)
     try:
-        body = decompress_body(incoming.body, incoming.content_encoding, incoming.max_body_bytes)
-        request = decode_infer_request(
-            body,
-            parse_header_length(incoming.header_length),
-            served.config,
-            model_name=route.model,
-            model_version=version,
-        )
+        if len(incoming.body) > DECODE_ON_LOOP_BYTES or incoming.content_encoding:
+            request = await asyncio.to_thread(_decode, incoming, served.config, version)
+        else:
+            request = _decode(incoming, served.config, version)
     except InferaError:
         served.stats.record_failure(0)  # a request refused before queueing is still a failed request (as Triton)
         raise
@@ -158,8 +183,11 @@ def repository_index(server: InferenceServer, incoming: Incoming) -> Reply:
 
 
 async def repository_load(server: InferenceServer, incoming: Incoming) -> Reply:
-    """Load or reload a model, with Triton's `config` override and `file:<version>/<name>` contents."""
-    name = incoming.route.model
+    """Load or reload a model, with Triton's `config` override and `file:<version>/<name>` contents.
+
+    File names are normalised and checked here, before anyone (the registry, the engine) writes a byte.
+    """
+    name = check_model_name(incoming.route.model)
     parameters = _parameters(_optional_json(incoming))
     config = parameters.get("config")
     if config is not None and not isinstance(config, str | dict):
@@ -175,19 +203,27 @@ async def repository_load(server: InferenceServer, incoming: Incoming) -> Reply:
             files[path] = base64.b64decode(value, validate=True)
         except (binascii.Error, ValueError):
             raise InvalidArgument(f"failed to load '{name}': parameter '{key}' is not valid base64") from None
+    try:
+        normalised = normalise_files(files) if files else None
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"failed to load '{name}': {exc.message}") from None
     control = incoming.repository_control
-    if control is not None and await control.load(name, config=config, files=files or None, scope=incoming.scope):
-        return EMPTY_OK
-    await server.load_model(name, config=config, files=files or None)
+    caller = incoming.principal
+    if control is not None:
+        override = config_override(name, config)
+        if await control.load(name, config=override, files=normalised, caller=caller):
+            return EMPTY_OK
+    await server.load_model(name, config=config, files=files or None, caller=caller)
     return EMPTY_OK
 
 
 async def repository_unload(server: InferenceServer, incoming: Incoming) -> Reply:
+    name = check_model_name(incoming.route.model)
     _parameters(_optional_json(incoming))
     control = incoming.repository_control
-    if control is not None and await control.unload(incoming.route.model, scope=incoming.scope):
+    if control is not None and await control.unload(name, caller=incoming.principal):
         return EMPTY_OK
-    await server.unload_model(incoming.route.model)
+    await server.unload_model(name, caller=incoming.principal)
     return EMPTY_OK
 
 

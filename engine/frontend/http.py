@@ -6,9 +6,12 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from engine.errors import InferaError, PayloadTooLarge, Unavailable
+from engine.admission import ANONYMOUS, Principal
+from engine.errors import Forbidden, InferaError, PayloadTooLarge, Unavailable
+from engine.frontend.cross_site import check_repository_content_type, check_same_origin
 from engine.frontend.handlers import ASYNC_HANDLERS, SYNC_HANDLERS, Incoming, Reply, RepositoryControl
-from engine.frontend.routes import HEALTH_ENDPOINTS, resolve
+from engine.frontend.lifespan import ServiceLifespan
+from engine.frontend.routes import HEALTH_ENDPOINTS, REPOSITORY_CHANGES, resolve
 from engine.protocol import error_body
 
 if TYPE_CHECKING:
@@ -19,7 +22,8 @@ log = logging.getLogger("infera.frontend")
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
-Authenticate = Callable[[Scope], Awaitable[bool]]
+# who sent a request: a Principal, or Unauthorized (401) raised for a missing or refused credential
+Authenticate = Callable[[Scope], Awaitable[Principal]]
 
 # Triton's default for --http-max-input-size
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
@@ -35,29 +39,35 @@ class Unauthorized(InferaError):
 class V2App:
     """ASGI callable for `/v2/...`: health, metadata, config, stats, infer and the model repository.
 
-    `authenticate(scope)` is awaited before every endpoint but the health checks; it returns False (answered
-    401) or raises an InferaError whose status is answered.
+    `authenticate(scope)` is awaited before every endpoint but the health checks and returns the caller as a
+    Principal (or raises Unauthorized); without it every caller is `anonymous`, who may change models only when
+    the server's settings open repository control. POSTs from another site (a browser page elsewhere) are refused
+    before anything is read, and so are repository changes from callers who may not make them.
     """
 
     def __init__(
         self,
         server: InferenceServer,
         *,
-        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        max_body_bytes: int | None = None,
         authenticate: Authenticate | None = None,
         repository_control: RepositoryControl | None = None,
+        trusted_origins: tuple[str, ...] = (),
     ) -> None:
         self.server = server
-        self.max_body_bytes = max_body_bytes
+        self.max_body_bytes = max_body_bytes if max_body_bytes is not None else server.settings.max_body_bytes
         self.authenticate = authenticate
         self.repository_control = repository_control
+        self.trusted_origins = trusted_origins
+        opened = server.settings.open_repository_control
+        self.anonymous = Principal(ANONYMOUS.name, may_change_models=opened, may_load_code=opened)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
             await self._http(scope, receive, send)
         elif kind == "lifespan":
-            await acknowledge_lifespan(receive, send)
+            await ServiceLifespan().handle(receive, send)  # whoever composes this app owns start-up
         elif kind == "websocket":
             await send({"type": "websocket.close", "code": 1008})
 
@@ -72,15 +82,22 @@ class V2App:
             await _send(send, reply)
             return
         try:
+            if route.method == "POST":
+                check_same_origin(scope, self.trusted_origins)
+            principal = self.anonymous
             if self.authenticate is not None and route.endpoint not in HEALTH_ENDPOINTS:
-                if not await self.authenticate(scope):
-                    raise Unauthorized("authentication required: send 'Authorization: Bearer <token>'")
+                principal = await self.authenticate(scope)
+            if route.endpoint in REPOSITORY_CHANGES:
+                check_repository_content_type(scope)
+                if not principal.may_change_models:
+                    raise _may_not_change(principal, route.model or "")
             incoming = Incoming(
                 route=route,
                 body=b"",
                 max_body_bytes=self.max_body_bytes,
                 repository_control=self.repository_control,
                 scope=scope,
+                principal=principal,
             )
             _read_headers(scope, incoming, self.max_body_bytes)
             if route.method == "POST":
@@ -100,6 +117,16 @@ class V2App:
             log.exception("unexpected error on %s %s", scope["method"], scope["path"])
             reply = Reply(500, error_body(f"internal error: {type(exc).__name__}: {exc}"))
         await _send(send, reply)
+
+
+def _may_not_change(principal: Principal, model: str) -> Forbidden:
+    if principal.authenticated:
+        who = f"role '{principal.role or 'none'}'"
+        return Forbidden(f"{who} may not load or unload models ('{model}'): it needs operator or admin")
+    return Forbidden(
+        f"loading and unloading models ('{model}') needs an API token of an operator or admin: send "
+        "'Authorization: Bearer <key>' (or open repository control with INFERA_OPEN_REPOSITORY_CONTROL=true)"
+    )
 
 
 def _read_headers(scope: Scope, incoming: Incoming, max_body_bytes: int) -> None:
@@ -150,17 +177,6 @@ async def _send(send: Send, reply: Reply) -> None:
     ]
     await send({"type": "http.response.start", "status": reply.status, "headers": headers})
     await send({"type": "http.response.body", "body": reply.body})
-
-
-async def acknowledge_lifespan(receive: Receive, send: Send) -> None:
-    """Answer lifespan events without work (the caller that composes this app owns start-up)."""
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return
 
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "Unauthorized", "V2App"]

@@ -9,6 +9,8 @@ from engine.errors import InvalidArgument
 GET = "GET"
 POST = "POST"
 HEALTH_ENDPOINTS = frozenset({"health_live", "health_ready"})
+# endpoints that change what the server serves
+REPOSITORY_CHANGES = frozenset({"repository_load", "repository_unload"})
 # endpoint under /v2/models/{m}[/versions/{v}]/<action> -> its method
 _MODEL_ACTIONS = {"ready": GET, "config": GET, "stats": GET, "infer": POST}
 

@@ -14,6 +14,7 @@ from typing import Any
 import psutil
 
 from engine.devices import nvml
+from engine.settings import read_bool
 
 log = logging.getLogger("engine.monitoring")
 
@@ -157,10 +158,5 @@ def _log_absence_once(message: str) -> None:
 
 
 def _disabled_by_env() -> bool:
-    """INFERA_DISABLE_NVML as a strict boolean: a value that is not one is an error naming the variable."""
-    value = os.environ.get("INFERA_DISABLE_NVML", "").strip().lower()
-    if value in ("", "0", "false", "no", "off"):
-        return False
-    if value in ("1", "true", "yes", "on"):
-        return True
-    raise ValueError(f"INFERA_DISABLE_NVML must be a boolean (true/false, 1/0, yes/no, on/off), got {value!r}")
+    """INFERA_DISABLE_NVML through the engine's one strict boolean reader (a wrong value names the variable)."""
+    return read_bool("INFERA_DISABLE_NVML", False, os.environ)

@@ -75,6 +75,7 @@ class MetricsSampler:
         interval: float = 1.0,
         *,
         devices: DeviceSampler | None = None,
+        use_nvml: bool | None = None,
         wall_clock: Callable[[], float] = time.time,
         backlog_seconds: float = BACKLOG_SECONDS,
     ) -> None:
@@ -86,6 +87,7 @@ class MetricsSampler:
         self.wall_clock = wall_clock
         self.backlog_seconds = backlog_seconds
         self._devices = devices
+        self._use_nvml = use_nvml
         self.subscribers: list[Subscriber] = []
         self._backlog: deque[tuple[float, Snapshot]] = deque()
         # keyed by the stats object itself: a reloaded version has fresh stats counted from zero
@@ -97,7 +99,7 @@ class MetricsSampler:
     def devices(self) -> DeviceSampler:
         """The device sampler, made on first use (NVML start-up is not free)."""
         if self._devices is None:
-            self._devices = DeviceSampler()
+            self._devices = DeviceSampler(use_nvml=self._use_nvml)
         return self._devices
 
     @property
@@ -185,6 +187,10 @@ class MetricsSampler:
                 next_at = loop.time()
                 delay = 0
             await asyncio.sleep(delay)
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
 
     def start(self) -> asyncio.Task[None]:
         """Run the sampler as a task of the running loop (once)."""

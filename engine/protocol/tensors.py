@@ -16,6 +16,8 @@ BINARY_ONLY_TYPES = frozenset({"FP16", "BF16"})
 _INTEGER_KINDS = "iu"
 _NUMBER_KINDS = "iuf"
 _LENGTH = struct.Struct("<I")
+# as Triton: JSON `data` nested deeper than this is refused
+MAX_JSON_DEPTH = 100
 _INTEGER_RANGES = {
     dtype: (int(np.iinfo(dtype).min), int(np.iinfo(dtype).max))
     for dtype in (
@@ -42,7 +44,7 @@ def array_from_json(name: str, datatype: str, shape: list[int], data: Any) -> np
         raise InvalidArgument(f"input '{name}' expects 'data' to be a list")
     count = element_count(shape)
     if datatype == "BYTES":
-        values = _flatten_strings(name, data)
+        values = _flatten_strings(name, data, count)
         _check_count(name, shape, len(values), count)
         array = np.empty(len(values), dtype=object)
         array[:] = values
@@ -58,15 +60,19 @@ def array_from_json(name: str, datatype: str, shape: list[int], data: Any) -> np
     return values.astype(dtype, copy=False).reshape(shape)
 
 
-def _flatten_strings(name: str, data: list[Any]) -> list[bytes]:
-    """Flatten nested lists of strings to UTF-8 bytes; anything else is an error."""
+def _flatten_strings(name: str, data: list[Any], limit: int) -> list[bytes]:
+    """Flatten nested lists of strings to UTF-8 bytes, stopping past `limit` elements or MAX_JSON_DEPTH levels."""
     out: list[bytes] = []
     stack = [iter(data)]
     while stack:
         for item in stack[-1]:
             if isinstance(item, str):
                 out.append(item.encode("utf-8", "surrogatepass"))
+                if len(out) > limit:
+                    raise InvalidArgument(f"input '{name}' has more than {limit} values in 'data'")
             elif isinstance(item, list):
+                if len(stack) >= MAX_JSON_DEPTH:
+                    raise InvalidArgument(f"input '{name}' has 'data' nested deeper than {MAX_JSON_DEPTH} levels")
                 stack.append(iter(item))
                 break
             else:
@@ -118,11 +124,16 @@ def array_from_binary(name: str, datatype: str, shape: list[int], raw: memoryvie
 
 
 def deserialize_bytes(name: str, raw: memoryview, count: int) -> np.ndarray:
-    """Split `count` length-prefixed BYTES elements (4-byte little-endian length, then the bytes)."""
+    """Split `count` length-prefixed BYTES elements (4-byte little-endian length, then the bytes).
+
+    The count comes from the shape and bounds the walk: a buffer holding millions of empty elements is refused
+    after `count` of them, not walked to its end.
+    """
+    end = len(raw)
     values: list[bytes] = []
-    offset, end = 0, len(raw)
+    offset = 0
     unpack = _LENGTH.unpack_from
-    while offset < end:
+    while offset < end and len(values) < count:
         if end - offset < 4:
             raise InvalidArgument(f"input '{name}' has a truncated BYTES length prefix at byte {offset}")
         (length,) = unpack(raw, offset)
@@ -136,6 +147,10 @@ def deserialize_bytes(name: str, raw: memoryview, count: int) -> np.ndarray:
         offset += length
     if len(values) != count:
         raise InvalidArgument(f"input '{name}' has {len(values)} BYTES elements but its shape needs {count}")
+    if offset != end:
+        raise InvalidArgument(
+            f"input '{name}' has more BYTES elements than the {count} its shape holds ({end - offset} bytes left over)"
+        )
     array = np.empty(count, dtype=object)
     array[:] = values
     return array

@@ -1,65 +1,55 @@
-"""The composed ASGI app: routing by type and path, and the engine's start and stop with the process."""
+"""The composed ASGI app (routing by type and path) and the runtime it owns (start order, stop, failures)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from types import SimpleNamespace
 
 import pytest
 
-from console import engine_link
 from console.composition import InferaApplication, is_engine_path
+from console.runtime import RUNTIME_KEY, START_ORDER, Runtime, runtime_of
+from engine.frontend.lifespan import ServiceLifespan
 
 
 class RecordingApp:
-    """An ASGI app that notes the paths it was given and answers 204."""
+    """An ASGI app that notes the paths (and runtimes) it was given and answers 204."""
 
     def __init__(self) -> None:
         self.paths: list[str] = []
+        self.runtimes: list[object] = []
 
     async def __call__(self, scope, receive, send) -> None:
         self.paths.append(scope.get("path", ""))
+        self.runtimes.append(scope.get(RUNTIME_KEY))
         if scope["type"] == "http":
             await send({"type": "http.response.start", "status": 204, "headers": []})
             await send({"type": "http.response.body", "body": b""})
 
 
-class SlowStartServer:
-    """Just the lifecycle surface of an InferenceServer; start() waits until the test lets it finish."""
+class SlowStart:
+    """A start step that waits until the test lets it finish, and a stop step that records it ran."""
 
     def __init__(self) -> None:
         self.may_finish = asyncio.Event()
         self.started = False
         self.stopped = False
 
-    async def start(self, load_models: bool = True) -> None:
+    async def start(self) -> None:
         await self.may_finish.wait()
         self.started = True
 
     async def stop(self) -> None:
         self.stopped = True
 
-    def is_live(self) -> bool:
-        return True
 
-    def is_ready(self) -> bool:
-        return self.started
-
-
-@pytest.fixture(autouse=True)
-def restore_link(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    # hooks other apps register (the metrics sampler, the reconciler) need a real server, not this stand-in
-    monkeypatch.setattr(engine_link, "_started_hooks", [])
-    monkeypatch.setattr(engine_link, "_stopping_hooks", [])
-    saved = engine_link.server_or_none()
-    yield
-    engine_link.set_server(saved)
-    engine_link.set_startup_failure(None)
-
-
-def compose(server: object | None = None) -> tuple[InferaApplication, RecordingApp, RecordingApp, RecordingApp]:
+def compose(steps: SlowStart | None = None) -> tuple[InferaApplication, RecordingApp, RecordingApp, RecordingApp]:
+    steps = steps or SlowStart()
     django_app, ws_app, engine_app = RecordingApp(), RecordingApp(), RecordingApp()
-    app = InferaApplication(django_app=django_app, websocket_app=ws_app, engine_app=engine_app, server=server)
+    runtime = SimpleNamespace(
+        lifespan=ServiceLifespan(steps.start, steps.stop, wait_for_start=False), engine_app=engine_app
+    )
+    app = InferaApplication(django_app=django_app, websocket_app=ws_app, runtime=runtime)  # type: ignore[arg-type]
     return app, django_app, ws_app, engine_app
 
 
@@ -83,7 +73,7 @@ def test_it_knows_the_engine_paths():
         assert not is_engine_path(path), path
 
 
-async def test_it_routes_by_type_and_path():
+async def test_it_routes_by_type_and_path_and_hands_every_app_the_runtime():
     app, django_app, ws_app, engine_app = compose()
     for path in ("/v2/health/ready", "/metrics", "/accounts/login/", "/api/schema/"):
         await call(app, {"type": "http", "path": path})
@@ -91,12 +81,13 @@ async def test_it_routes_by_type_and_path():
     assert engine_app.paths == ["/v2/health/ready", "/metrics"]
     assert django_app.paths == ["/accounts/login/", "/api/schema/"]
     assert ws_app.paths == ["/ws/metrics/"]
+    assert {id(r) for r in django_app.runtimes + ws_app.runtimes} == {id(app.runtime)}
+    assert runtime_of({RUNTIME_KEY: app.runtime}) is app.runtime and runtime_of(None) is None
 
 
-async def test_it_starts_the_engine_in_the_background_and_stops_it_at_shutdown():
-    server = SlowStartServer()
-    app, *_ = compose(server)
-    assert engine_link.get_server() is server
+async def test_it_starts_the_runtime_in_the_background_and_stops_it_at_shutdown():
+    steps = SlowStart()
+    app, *_ = compose(steps)
     messages: asyncio.Queue[dict] = asyncio.Queue()
     replies: asyncio.Queue[dict] = asyncio.Queue()
 
@@ -104,56 +95,44 @@ async def test_it_starts_the_engine_in_the_background_and_stops_it_at_shutdown()
     lifespan = asyncio.create_task(app({"type": "lifespan"}, messages.get, replies.put))
     # start-up completes at once: the console answers while models are still loading
     assert await replies.get() == {"type": "lifespan.startup.complete"}
-    assert not server.started
-    server.may_finish.set()
-    await app.begin_startup()
-    assert server.started and server.is_ready()
+    assert not steps.started
+    steps.may_finish.set()
+    await app.runtime.lifespan.begin()
+    assert steps.started
     await messages.put({"type": "lifespan.shutdown"})
     await lifespan
     assert await replies.get() == {"type": "lifespan.shutdown.complete"}
-    assert server.stopped
+    assert steps.stopped
 
 
-async def test_it_starts_the_engine_on_the_first_connection_without_lifespan():
-    server = SlowStartServer()
-    server.may_finish.set()
-    app, django_app, *_ = compose(server)
+async def test_it_starts_the_runtime_on_the_first_connection_without_lifespan():
+    steps = SlowStart()
+    steps.may_finish.set()
+    app, django_app, *_ = compose(steps)
     await call(app, {"type": "http", "path": "/accounts/login/"})
-    await app.begin_startup()
-    assert server.started and django_app.paths == ["/accounts/login/"]
+    await app.runtime.lifespan.begin()
+    assert steps.started and django_app.paths == ["/accounts/login/"]
 
 
-async def test_it_records_why_the_engine_failed_to_start():
-    class BrokenServer(SlowStartServer):
-        async def start(self, load_models: bool = True) -> None:
-            raise OSError("model store unreadable")
+@pytest.mark.django_db(transaction=True)
+async def test_the_runtime_starts_in_its_stated_order_and_stops_in_reverse(settings, tmp_path, in_memory_layer):
+    runtime = Runtime(settings.INFERA.replace(model_store=tmp_path / "new-store", disable_nvml=True))
+    await runtime.start()
+    try:
+        assert runtime.started == list(START_ORDER)
+        assert (tmp_path / "new-store").is_dir() and runtime.state == "ready" and runtime.server.is_ready()
+        assert runtime.sampler.running
+    finally:
+        await runtime.stop()
+    assert runtime.started == [] and not runtime.server.is_ready() and not runtime.sampler.running
 
-    app, *_ = compose(BrokenServer())
-    with pytest.raises(OSError):
-        await app.begin_startup()
-    await asyncio.sleep(0)  # done-callbacks run on the next turn of the loop
-    assert engine_link.startup_failure() == "OSError: model store unreadable"
 
-
-async def test_it_runs_hooks_after_start_and_before_stop():
-    server = SlowStartServer()
-    server.may_finish.set()
-    app, *_ = compose(server)
-    calls: list[str] = []
-
-    @engine_link.on_engine_started
-    async def after_start(started: object) -> None:
-        calls.append(f"started ready={started.is_ready()}")  # type: ignore[attr-defined]
-
-    @engine_link.on_engine_stopping
-    async def before_stop(stopping: object) -> None:
-        calls.append(f"stopping stopped={stopping.stopped}")  # type: ignore[attr-defined]
-
-    @engine_link.on_engine_stopping
-    async def failing(stopping: object) -> None:
-        raise RuntimeError("a broken hook")
-
-    await app.begin_startup()
-    await app.shutdown()
-    assert calls == ["started ready=True", "stopping stopped=False"]
-    assert server.stopped
+@pytest.mark.django_db(transaction=True)
+async def test_the_runtime_records_why_it_failed_to_start(settings, tmp_path, in_memory_layer):
+    blocker = tmp_path / "store-is-a-file"
+    blocker.write_text("not a folder")
+    runtime = Runtime(settings.INFERA.replace(model_store=blocker, disable_nvml=True))
+    with pytest.raises(FileExistsError):
+        await runtime.start()
+    assert runtime.state == "failed" and runtime.startup_failure.startswith("FileExistsError")
+    await runtime.stop()

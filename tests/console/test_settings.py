@@ -52,7 +52,7 @@ def test_it_uses_redis_for_channels_only_when_asked():
 def test_it_installs_the_apps_the_design_names():
     for app in ["django.contrib.admin", "rest_framework", "drf_spectacular", "channels", "console"]:
         assert app in settings.INSTALLED_APPS
-    assert settings.INFERA_MAX_UPLOAD_BYTES == settings.INFERA_MAX_UPLOAD_MB * 1024 * 1024
+    assert settings.INFERA.max_upload_bytes == settings.INFERA.max_upload_mb * 1024 * 1024
 
 
 @pytest.mark.parametrize(

@@ -319,3 +319,38 @@ def make_python_model(
 def make_simple_string(repo: Path, name: str = "simple_string", version: int = 1) -> Path:
     """Triton's `simple_string` idea as a python-backend model."""
     return make_python_model(repo, name, SIMPLE_STRING_SOURCE, simple_string_config(name), version)
+
+
+class _MakeFolder:
+    """Unpickled, it makes a folder: the smallest proof that loading a file ran code."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple:
+        import os
+
+        return (os.mkdir, (self.path,))
+
+
+def make_hostile_pt2(repo: Path, marker: Path, name: str = "hostile", version: int = 1) -> Path:
+    """A real torch.export archive whose sample inputs unpickle into `os.mkdir(marker)`.
+
+    torch.export.load reads them with weights_only=True, and on failure again with weights_only=False, which runs the
+    payload: loading this file in the server would make `marker`.
+    """
+    import io
+    import zipfile
+
+    import torch
+
+    make_torch_export(repo, name, version)
+    path = Path(repo) / name / str(version) / "model.pt2"
+    payload = io.BytesIO()
+    torch.save(((_MakeFolder(str(marker)),), {}), payload)
+    original = path.read_bytes()
+    with zipfile.ZipFile(io.BytesIO(original)) as source, zipfile.ZipFile(path, "w") as target:
+        for info in source.infolist():
+            data = source.read(info.filename)
+            target.writestr(info, payload.getvalue() if info.filename.endswith("sample_inputs/model.pt") else data)
+    return Path(repo) / name

@@ -25,9 +25,9 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, store: Path | None, **options: Any) -> None:
-        target = store or settings.INFERA_MODEL_STORE
+        target = store or settings.INFERA.model_store
         self.stdout.write(f"Seeding demo models into {target}")
         seed_repository(target, log=lambda line: self.stdout.write(f"  {line}"))
         # the registry's desired state decides what serves, so models seeded into the store are registered too
-        if apps.is_installed("console.registry") and Path(target).resolve() == settings.INFERA_MODEL_STORE.resolve():
+        if apps.is_installed("console.registry") and Path(target).resolve() == settings.INFERA.model_store.resolve():
             call_command("import_repository", str(target), stdout=self.stdout)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any
 
@@ -12,8 +11,6 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from console.env import env_int, env_str
 from console.first_admin import ensure_admin
-
-ASGI_APPLICATION = "console.asgi:application"
 
 
 class Command(BaseCommand):
@@ -40,8 +37,6 @@ class Command(BaseCommand):
         if not 0 < port < 65536:
             raise CommandError(f"--port must be between 1 and 65535, got {port}")
 
-        # the app is imported again by the ASGI server; this is how it learns where it listens (loopback or not)
-        os.environ["INFERA_LISTEN_HOST"] = host
         call_command("migrate", interactive=False, verbosity=0)
         self.stdout.write("Database is up to date.")
         self._ensure_admin()
@@ -50,7 +45,7 @@ class Command(BaseCommand):
         shown_host = f"[{host}]" if ":" in host else host
         self.stdout.write(
             f"Infera serves on http://{shown_host}:{port}/ (console), /v2 (inference), /metrics "
-            f"with {options['server']}; models from {settings.INFERA_MODEL_STORE}"
+            f"with {options['server']}; models from {settings.INFERA.model_store}"
         )
         self.stdout.flush()
         access_log = not options["no_access_log"]
@@ -82,15 +77,20 @@ class Command(BaseCommand):
     def _run_uvicorn(self, host: str, port: int, *, access_log: bool) -> None:
         import uvicorn
 
-        uvicorn.run(
-            ASGI_APPLICATION,
+        from console.access_log import mask_uvicorn_access_log
+        from console.composition import build_application
+
+        config = uvicorn.Config(
+            build_application(settings.INFERA, listen_host=host),  # the runtime knows where it listens
             host=host,
             port=port,
             loop="uvloop",
             http="httptools",
             lifespan="on",
             access_log=access_log,
-            log_level=settings.INFERA_LOG_LEVEL.lower(),
+            log_level=settings.INFERA.log_level.lower(),
             timeout_graceful_shutdown=15,
         )
+        mask_uvicorn_access_log()  # uvicorn has configured its loggers by now
+        uvicorn.Server(config).run()
         sys.stdout.flush()

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import pytest
-import schemathesis
-from django.core.wsgi import get_wsgi_application
 from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
 from schemathesis.checks import not_a_server_error
@@ -12,10 +10,9 @@ from schemathesis.checks import not_a_server_error
 from console.accounts.roles import Role
 from console.accounts.tokens import issue_token
 from tests.console.accounts.conftest import make_user
+from tests.console.api_schema import api_schema
 
-schema = schemathesis.openapi.from_wsgi("/api/schema/", get_wsgi_application()).include(
-    path_regex=r"^/api/(users|tokens)/"
-)
+schema = api_schema(r"^/api/(users|tokens)/")
 
 
 @pytest.fixture
@@ -29,7 +26,7 @@ def admin_key(db, settings_override, wsgi_keeps_test_connection):
 @pytest.fixture
 def settings_override(settings):
     """No 429s: the fuzzer is one token sending many requests."""
-    settings.INFERA_API_RATE = "100000/min"
+    settings.INFERA = settings.INFERA.replace(api_rate="100000/min")
 
 
 @schema.parametrize()

@@ -17,7 +17,7 @@ def bearer(key: str) -> APIClient:
 
 
 def test_it_answers_429_when_a_token_goes_over_its_rate(settings, viewer):
-    settings.INFERA_API_RATE = "3/min"
+    settings.INFERA = settings.INFERA.replace(api_rate="3/min")
     _, key = issue_token(viewer, "busy")
     _, other_key = issue_token(viewer, "quiet")
     client = bearer(key)

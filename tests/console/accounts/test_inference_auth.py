@@ -12,12 +12,13 @@ from django.utils import timezone
 
 from console.accounts.inference_auth import (
     TokenCache,
+    Verdict,
     is_loopback,
     make_v2_authenticator,
     resolve_mode,
-    token_cache,
 )
 from console.accounts.models import ApiToken
+from console.accounts.revocations import RevocationListener
 from console.accounts.roles import Role
 from console.accounts.tokens import issue_token
 from engine.frontend import Unauthorized, V2App
@@ -77,16 +78,30 @@ def test_it_logs_which_mode_is_in_force(caplog, mode, host, logged):
 
 async def test_it_lets_everything_through_in_mode_none():
     authenticate = make_v2_authenticator("none")
-    assert await authenticate(scope()) is True
+    caller = await authenticate(scope())
+    assert caller.name == "anonymous" and not caller.may_change_models
+
+
+@db_async
+async def test_it_refuses_a_refused_key_even_where_no_key_is_needed():
+    """The attack: a revoked key on an open connection was taken for nobody, and nobody was trusted."""
+    token, key = await user_with_token(Role.OPERATOR, "gone")
+    await sync_to_async(token.revoke)()
+    for authenticate in (make_v2_authenticator("none"), make_v2_authenticator("auto")):
+        with pytest.raises(Unauthorized, match="'gone' was revoked"):
+            await authenticate(scope(f"Bearer {key}", server=("127.0.0.1", 8000)))
+        with pytest.raises(Unauthorized, match="invalid API token"):
+            await authenticate(scope("Bearer ifr_not-a-real-key-at-all-000000000000", server=("127.0.0.1", 8000)))
 
 
 @db_async
 @pytest.mark.parametrize("role", [Role.INFERENCE, Role.VIEWER, Role.OPERATOR, Role.ADMIN])
 async def test_it_accepts_an_active_token_of_any_role(role):
-    _, key = await user_with_token(role)
+    token, key = await user_with_token(role)
     authenticate = make_v2_authenticator("token")
-    assert await authenticate(scope(f"Bearer {key}")) is True
-    assert await authenticate(scope(f"Token {key}")) is True
+    caller = await authenticate(scope(f"Bearer {key}"))
+    assert (caller.role, caller.token_id) == (role.value, token.pk)
+    assert (await authenticate(scope(f"Token {key}"))) == caller
 
 
 @db_async
@@ -122,24 +137,61 @@ async def test_it_caches_verdicts_for_a_few_seconds():
     authenticate = make_v2_authenticator("token", cache=cache)
     token, key = await user_with_token(Role.INFERENCE)
     assert await authenticate(scope(f"Bearer {key}"))
-    await sync_to_async(token.revoke)()
-    assert await authenticate(scope(f"Bearer {key}"))  # still cached: no database round trip
+    # revoked behind Django's back (no signal): the cached verdict holds until it expires, with no database trip
+    await sync_to_async(ApiToken.objects.filter(pk=token.pk).update)(revoked_at=timezone.now())
+    assert await authenticate(scope(f"Bearer {key}"))
     now[0] += 5.1
     with pytest.raises(Unauthorized, match="revoked"):
         await authenticate(scope(f"Bearer {key}"))
 
 
+@db_async
+async def test_a_revoked_token_is_refused_at_once(in_memory_layer):
+    cache = TokenCache(ttl=3600)
+    listener = RevocationListener(cache)
+    await listener.start()
+    try:
+        authenticate = make_v2_authenticator("token", cache=cache)
+        token, key = await user_with_token(Role.OPERATOR, "leaked")
+        assert (await authenticate(scope(f"Bearer {key}"))).may_change_models
+        await sync_to_async(token.revoke)()
+        await listener.wait_for(1)
+        with pytest.raises(Unauthorized, match="'leaked' was revoked"):
+            await authenticate(scope(f"Bearer {key}"))
+    finally:
+        await listener.stop()
+
+
+@db_async
+async def test_a_role_change_reaches_a_cached_token_at_once(in_memory_layer):
+    from console.accounts.roles import set_role
+
+    cache = TokenCache(ttl=3600)
+    listener = RevocationListener(cache)
+    await listener.start()
+    try:
+        authenticate = make_v2_authenticator("token", cache=cache)
+        token, key = await user_with_token(Role.OPERATOR, "ci")
+        assert (await authenticate(scope(f"Bearer {key}"))).may_change_models
+        seen = listener.seen
+        await sync_to_async(set_role)(token.user, Role.VIEWER)
+        await listener.wait_for(seen + 1)
+        assert not (await authenticate(scope(f"Bearer {key}"))).may_change_models
+    finally:
+        await listener.stop()
+
+
 def test_the_cache_keeps_a_bounded_number_of_entries():
     cache = TokenCache(ttl=60, size=2)
     for digest in ("a", "b", "c"):
-        cache.put(digest, None)
-    assert cache.get("a") == (False, None) and cache.get("c") == (True, None)
+        cache.put(digest, Verdict(None, "no"))
+    assert cache.get("a") is None and cache.get("c") == Verdict(None, "no")
 
 
 @db_async
 async def test_it_decides_per_address_when_auto_has_no_listen_host():
     authenticate = make_v2_authenticator("auto")
-    assert await authenticate(scope(server=("127.0.0.1", 8000))) is True
+    assert (await authenticate(scope(server=("127.0.0.1", 8000)))).name == "anonymous"
     with pytest.raises(Unauthorized):
         await authenticate(scope(server=("192.168.1.10", 8000)))
     with pytest.raises(Unauthorized):
@@ -178,20 +230,17 @@ async def test_the_v2_app_answers_401_but_keeps_health_open():
             assert status == 200
     finally:
         await server.stop()
-        token_cache.clear()
 
 
 @pytest.mark.parametrize(
     ("configured", "listen_host", "expected"),
-    [("none", "", "none"), ("token", "", "token"), ("auto", "127.0.0.1", "none"), ("auto", "0.0.0.0", "token")],
+    [("none", None, "none"), ("token", None, "token"), ("auto", "127.0.0.1", "none"), ("auto", "0.0.0.0", "token")],
 )
-def test_it_builds_the_hook_from_settings_and_the_listen_host(
-    settings, monkeypatch, caplog, configured, listen_host, expected
+def test_the_runtime_builds_the_hook_from_settings_and_the_listen_host(
+    settings, caplog, configured, listen_host, expected
 ):
-    from console.accounts.inference_auth import v2_authenticator_from_settings
+    from console.runtime import Runtime
 
-    settings.INFERA_INFERENCE_AUTH = configured
-    monkeypatch.setenv("INFERA_LISTEN_HOST", listen_host)
     with caplog.at_level(logging.INFO, logger="console.accounts.inference_auth"):
-        v2_authenticator_from_settings()
+        Runtime(settings.INFERA.replace(inference_auth=configured), listen_host=listen_host)
     assert f"inference auth for /v2: {expected} " in caplog.text

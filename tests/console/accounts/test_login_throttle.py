@@ -18,8 +18,8 @@ def sign_in(password: str, address: str = "10.0.0.1", username: str = "vera"):
 
 @pytest.fixture(autouse=True)
 def three_failures(settings):
-    settings.INFERA_LOGIN_MAX_FAILURES = 3
-    settings.INFERA_LOGIN_WINDOW_SECONDS = 300
+    settings.INFERA = settings.INFERA.replace(login_max_failures=3)
+    settings.INFERA = settings.INFERA.replace(login_window_seconds=300)
 
 
 def test_it_signs_in_with_the_right_password(viewer):

@@ -50,7 +50,7 @@ def test_it_lets_operators_upload_onnx_but_not_python(operator):
 
 def test_it_lets_admins_upload_python_unless_disabled(settings, admin):
     assert upload(admin, "python").status_code == 201
-    settings.INFERA_ALLOW_PYTHON_MODELS = False
+    settings.INFERA = settings.INFERA.replace(allow_python_models=False)
     refused = upload(admin, "python")
     assert refused.status_code == 403
     assert "INFERA_ALLOW_PYTHON_MODELS=false" in str(refused.data["detail"])

@@ -81,7 +81,7 @@ def test_it_applies_the_permission_matrix(role, view, manage_read, manage_write,
 
 
 def test_it_lets_only_admins_upload_python_models(settings):
-    settings.INFERA_ALLOW_PYTHON_MODELS = True
+    settings.INFERA = settings.INFERA.replace(allow_python_models=True)
     assert can_upload_python_models(make_user("a", Role.ADMIN))
     operator = make_user("o", Role.OPERATOR)
     assert not can_upload_python_models(operator)
@@ -89,7 +89,7 @@ def test_it_lets_only_admins_upload_python_models(settings):
 
 
 def test_it_refuses_python_models_to_everyone_when_disabled(settings):
-    settings.INFERA_ALLOW_PYTHON_MODELS = False
+    settings.INFERA = settings.INFERA.replace(allow_python_models=False)
     admin = make_user("a", Role.ADMIN)
     assert not can_upload_python_models(admin)
     assert "INFERA_ALLOW_PYTHON_MODELS=false" in python_models_refusal(admin)

@@ -29,9 +29,14 @@ def test_it_lists_users_with_role_and_tokens(admin, viewer):
     assert 'name="csrfmiddlewaretoken"' in html
 
 
-@pytest.mark.parametrize("role", [Role.OPERATOR, Role.VIEWER, Role.INFERENCE])
+@pytest.mark.parametrize("role", [Role.OPERATOR, Role.VIEWER])
 def test_it_refuses_the_user_pages_to_non_admins(db, role):
     assert signed_in(make_user(f"u-{role}", role)).get("/users/").status_code == 403
+
+
+def test_an_inference_account_has_no_console_session_at_all(db):
+    response = signed_in(make_user("u-inference", Role.INFERENCE)).get("/users/")
+    assert response.status_code == 302 and response["Location"].startswith("/accounts/login/")
 
 
 def test_it_sends_anonymous_visitors_to_sign_in():

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from console.accounts.security_settings import accounts_settings, cookie_and_header_settings
+from console.accounts.security_settings import logging_settings, rest_framework_settings
+from console.config import read_settings
 from console.env import EnvError
 
-BASE = {"rest_framework": {}, "logging_config": {"version": 1, "handlers": {"h": {}}}}
+ENV = {"INFERA_VAR_DIR": "/tmp/infera-settings-test"}
 
 
 @pytest.mark.django_db
@@ -22,27 +23,25 @@ def test_it_sends_security_headers_on_pages():
 
 
 def test_it_makes_cookies_secure_unless_debugging():
-    assert cookie_and_header_settings(debug=False)["SESSION_COOKIE_SECURE"] is True
-    assert cookie_and_header_settings(debug=False)["CSRF_COOKIE_SECURE"] is True
-    assert cookie_and_header_settings(debug=True)["SESSION_COOKIE_SECURE"] is False
+    assert read_settings(ENV).cookies_secure is True
+    assert read_settings(ENV | {"INFERA_DEBUG": "true"}).cookies_secure is False
 
 
 def test_it_lets_plain_http_deployments_turn_secure_cookies_off():
-    values = accounts_settings(debug=False, environ={"INFERA_SECURE_COOKIES": "false"}, **BASE)
-    assert values["SESSION_COOKIE_SECURE"] is False
+    assert read_settings(ENV | {"INFERA_SECURE_COOKIES": "false"}).cookies_secure is False
 
 
 def test_it_reads_the_accounts_switches():
-    values = accounts_settings(debug=False, environ={}, **BASE)
-    assert values["INFERA_ALLOW_PYTHON_MODELS"] is True
-    assert values["INFERA_INFERENCE_AUTH"] == "auto"
-    assert values["REST_FRAMEWORK"]["DEFAULT_AUTHENTICATION_CLASSES"][0].endswith("TokenAuthentication")
-    assert values["LOGGING"]["handlers"]["h"]["filters"] == ["mask_secrets"]
+    values = read_settings(ENV)
+    assert values.allow_python_models is True
+    assert values.inference_auth == "auto"
+    assert rest_framework_settings({})["DEFAULT_AUTHENTICATION_CLASSES"][0].endswith("TokenAuthentication")
+    assert "mask_secrets" in logging_settings({"version": 1, "handlers": {"h": {}}})["handlers"]["h"]["filters"]
     environ = {"INFERA_ALLOW_PYTHON_MODELS": "no", "INFERA_INFERENCE_AUTH": "Token", "INFERA_API_RATE": "10/s"}
-    values = accounts_settings(debug=False, environ=environ, **BASE)
-    assert values["INFERA_ALLOW_PYTHON_MODELS"] is False
-    assert values["INFERA_INFERENCE_AUTH"] == "token"
-    assert values["INFERA_API_RATE"] == "10/s"
+    values = read_settings(ENV | environ)
+    assert values.allow_python_models is False
+    assert values.inference_auth == "token"
+    assert values.api_rate == "10/s"
 
 
 @pytest.mark.parametrize(
@@ -56,7 +55,7 @@ def test_it_reads_the_accounts_switches():
 )
 def test_it_stops_on_a_bad_value_naming_the_variable(name, value):
     with pytest.raises(EnvError, match=name):
-        accounts_settings(debug=False, environ={name: value}, **BASE)
+        read_settings(ENV | {name: value})
 
 
 @pytest.mark.django_db

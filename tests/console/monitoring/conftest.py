@@ -6,6 +6,7 @@ import threading
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from types import SimpleNamespace
 
 import orjson
 import pytest
@@ -13,16 +14,10 @@ from channels.db import database_sync_to_async
 from django.contrib.auth import get_user_model
 
 from console.accounts.roles import set_role
-from console.monitoring import live
 from engine.monitoring.sampler import MetricsSampler
 from tests.conftest import ServerProcess, serve_process
 from tests.engine.model_factory import make_simple_onnx
 from tests.engine.monitoring.stand_ins import FIXED_DEVICES, FakeClock, Served, ServedVersions
-
-
-@pytest.fixture
-def in_memory_layer(settings) -> None:
-    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
 
 @pytest.fixture
@@ -47,6 +42,11 @@ class SampledServer:
         self.versions = ServedVersions(*served)
         self.sampler = MetricsSampler(self.versions, clock=self.clock, wall_clock=lambda: self.clock.now)
 
+    @property
+    def runtime(self) -> SimpleNamespace:
+        """What a consumer finds under the scope's runtime key: the sampler it reads its backlog from."""
+        return SimpleNamespace(sampler=self.sampler)
+
     def tick(self) -> dict:
         self.clock.advance(1.0)
         return self.sampler.sample(devices=FIXED_DEVICES)
@@ -54,10 +54,7 @@ class SampledServer:
 
 @pytest.fixture
 def sampled(in_memory_layer) -> Iterator[SampledServer]:
-    sampled = SampledServer(Served("alpha", 1), Served("beta", 1), Served("beta", 2))
-    live.set_sampler(sampled.sampler)
-    yield sampled
-    live.set_sampler(None)
+    yield SampledServer(Served("alpha", 1), Served("beta", 1), Served("beta", 2))
 
 
 @pytest.fixture(scope="package")

@@ -12,13 +12,16 @@ from django.contrib.auth.models import AnonymousUser
 from console.monitoring.consumers import MetricsConsumer
 from console.monitoring.live import GroupPublisher, group_name
 from console.routing import websocket_urlpatterns
+from console.runtime import RUNTIME_KEY
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-async def connected(user, path: str = "/ws/metrics/", app=None) -> WebsocketCommunicator:
+async def connected(user, path: str = "/ws/metrics/", app=None, sampled=None) -> WebsocketCommunicator:
     communicator = WebsocketCommunicator(app or MetricsConsumer.as_asgi(), path)
     communicator.scope["user"] = user
+    if sampled is not None:
+        communicator.scope[RUNTIME_KEY] = sampled.runtime
     accepted, _ = await communicator.connect()
     assert accepted
     return communicator
@@ -33,14 +36,14 @@ def names(snapshot: dict) -> list[tuple[str, int]]:
 
 
 async def test_it_closes_with_4401_for_anonymous_users(sampled):
-    communicator = await connected(AnonymousUser())
+    communicator = await connected(AnonymousUser(), sampled=sampled)
     assert await communicator.receive_output(timeout=5) == {"type": "websocket.close", "code": 4401}
     await communicator.disconnect()
 
 
 async def test_it_closes_with_4403_for_users_without_a_console_role(sampled, user_with_role):
     for user in (await user_with_role("inference"), await user_with_role(None, "no-role")):
-        communicator = await connected(user)
+        communicator = await connected(user, sampled=sampled)
         assert await communicator.receive_output(timeout=5) == {"type": "websocket.close", "code": 4403}
         await communicator.disconnect()
 
@@ -49,7 +52,7 @@ async def test_it_sends_the_backlog_then_every_published_snapshot(sampled, user_
     for _ in range(3):
         sampled.tick()
     sampled.sampler.subscribe(GroupPublisher())
-    communicator = await connected(await user_with_role("viewer"))
+    communicator = await connected(await user_with_role("viewer"), sampled=sampled)
     try:
         backlog = await receive(communicator)
         assert backlog["type"] == "backlog"
@@ -67,7 +70,7 @@ async def test_it_sends_the_backlog_then_every_published_snapshot(sampled, user_
 async def test_it_narrows_the_backlog_and_the_stream_to_one_model(sampled, user_with_role):
     sampled.tick()
     sampled.sampler.subscribe(GroupPublisher())
-    communicator = await connected(await user_with_role("operator"))
+    communicator = await connected(await user_with_role("operator"), sampled=sampled)
     try:
         await receive(communicator)
         await communicator.send_to(text_data='{"model": "beta"}')
@@ -85,7 +88,7 @@ async def test_it_narrows_the_backlog_and_the_stream_to_one_model(sampled, user_
 async def test_it_sends_only_the_window_of_backlog_asked_for(sampled, user_with_role):
     for _ in range(10):
         sampled.tick()
-    communicator = await connected(await user_with_role("viewer"), "/ws/metrics/?window=3&model=alpha")
+    communicator = await connected(await user_with_role("viewer"), "/ws/metrics/?window=3&model=alpha", sampled=sampled)
     try:
         backlog = await receive(communicator)
         assert len(backlog["snapshots"]) == 3 and backlog["window"] == 3
@@ -97,7 +100,7 @@ async def test_it_sends_only_the_window_of_backlog_asked_for(sampled, user_with_
 
 
 async def test_it_answers_an_unreadable_message_and_stays_open(sampled, user_with_role):
-    communicator = await connected(await user_with_role("viewer"))
+    communicator = await connected(await user_with_role("viewer"), sampled=sampled)
     try:
         await receive(communicator)
         for text in ("not json", "[1]", '{"model": 5}', '{"window": "long"}'):
@@ -113,7 +116,7 @@ async def test_it_answers_an_unreadable_message_and_stays_open(sampled, user_wit
 async def test_it_feeds_every_dashboard_from_one_sample_and_forgets_closed_ones(sampled, user_with_role):
     sampled.sampler.subscribe(GroupPublisher())
     viewer = await user_with_role("viewer")
-    dashboards = [await connected(viewer) for _ in range(3)]
+    dashboards = [await connected(viewer, sampled=sampled) for _ in range(3)]
     for dashboard in dashboards:
         await receive(dashboard)
     await sampled.sampler.publish(sampled.tick())
@@ -125,7 +128,9 @@ async def test_it_feeds_every_dashboard_from_one_sample_and_forgets_closed_ones(
 
 
 async def test_it_is_routed_at_ws_metrics(sampled, user_with_role):
-    communicator = await connected(await user_with_role("admin", "boss"), app=URLRouter(websocket_urlpatterns))
+    communicator = await connected(
+        await user_with_role("admin", "boss"), app=URLRouter(websocket_urlpatterns), sampled=sampled
+    )
     try:
         assert (await receive(communicator))["type"] == "backlog"
     finally:

@@ -11,7 +11,6 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from rest_framework.test import APIClient
 
-from console.registry.reconciler import stop_reconciler
 from engine.server import InferenceServer
 from tests.console.accounts import conftest as accounts_cast
 from tests.engine.model_factory import make_mlp_onnx, make_simple_onnx, simple_config, to_pbtxt
@@ -29,7 +28,7 @@ def store(settings, tmp_path: Path) -> Path:
     """Every test gets an empty model store."""
     path = tmp_path / "store"
     path.mkdir()
-    settings.INFERA_MODEL_STORE = path
+    settings.INFERA = settings.INFERA.replace(model_store=path)
     return path
 
 
@@ -39,6 +38,8 @@ async def engine(store):
     server = InferenceServer(store)
     await server.start(load_models=False)
     yield server
+    from tests.console.registry.engine_helpers import stop_reconciler
+
     await stop_reconciler(server)
     await server.stop()
 

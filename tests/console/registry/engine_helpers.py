@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Callable
 
 import numpy as np
@@ -10,9 +11,30 @@ from asgiref.sync import sync_to_async
 
 from console.registry import services
 from console.registry.models import ModelVersion
+from console.registry.reconciler import Reconciler
 from engine.server import InferenceServer
 from engine.types import InferenceRequest, InferenceResponse
 from tests.console.registry.conftest import model_file
+
+# one reconciler per engine, as a serving process has (the runtime owns it there)
+_reconcilers: weakref.WeakKeyDictionary[InferenceServer, Reconciler] = weakref.WeakKeyDictionary()
+
+
+def reconciler_for(server: InferenceServer, period: float = 3600.0) -> Reconciler:
+    if server not in _reconcilers:
+        _reconcilers[server] = Reconciler(server, period)
+    return _reconcilers[server]
+
+
+async def reconcile_once(server: InferenceServer) -> None:
+    """One full pass of the engine's reconciler."""
+    await reconciler_for(server).reconcile_once()
+
+
+async def stop_reconciler(server: InferenceServer) -> None:
+    reconciler = _reconcilers.pop(server, None)
+    if reconciler is not None:
+        await reconciler.stop()
 
 
 @sync_to_async

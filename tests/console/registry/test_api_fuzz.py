@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import pytest
-import schemathesis
-from django.core.wsgi import get_wsgi_application
 from hypothesis import HealthCheck
 from hypothesis import settings as hypothesis_settings
 from schemathesis.checks import not_a_server_error
@@ -12,16 +10,15 @@ from schemathesis.checks import not_a_server_error
 from console.accounts.roles import Role
 from console.accounts.tokens import issue_token
 from tests.console.accounts.conftest import make_user
+from tests.console.api_schema import api_schema
 
-schema = schemathesis.openapi.from_wsgi("/api/schema/", get_wsgi_application()).include(
-    path_regex=r"^/api/(models|audit)/"
-)
+schema = api_schema(r"^/api/(models|audit)/")
 
 
 @pytest.fixture
 def admin_key(db, settings, wsgi_keeps_test_connection):
     """An admin's token (every operation allowed, so the inputs are what gets fuzzed), and no 429s."""
-    settings.INFERA_API_RATE = "100000/min"
+    settings.INFERA = settings.INFERA.replace(api_rate="100000/min")
     _, key = issue_token(make_user("fuzz-admin", Role.ADMIN), "fuzz")
     return key
 

@@ -78,7 +78,7 @@ def test_it_takes_the_config_packed_in_a_model_folder_archive(as_operator, simpl
 
 
 def test_it_answers_413_past_the_upload_limit(as_operator, settings, store):
-    settings.INFERA_MAX_UPLOAD_MB = 1
+    settings.INFERA = settings.INFERA.replace(max_upload_mb=1)
     answer = upload(as_operator, "simple", model_file(b"\0" * (1024 * 1024 + 1)))
     assert answer.status_code == 413
     assert "over the limit of 1 MB (INFERA_MAX_UPLOAD_MB)" in answer.json()["detail"]
@@ -87,7 +87,7 @@ def test_it_answers_413_past_the_upload_limit(as_operator, settings, store):
 
 
 def test_it_refuses_a_body_far_past_the_limit_before_reading_it(as_operator, settings):
-    settings.INFERA_MAX_UPLOAD_MB = 1
+    settings.INFERA = settings.INFERA.replace(max_upload_mb=1)
     answer = upload(as_operator, "simple", model_file(b"\0" * (4 * 1024 * 1024)))
     assert answer.status_code == 413
 
@@ -144,7 +144,7 @@ def test_it_refuses_a_tar_with_links_or_special_files(as_operator, simple_onnx, 
 
 
 def test_it_refuses_an_archive_that_unpacks_too_big(as_operator, settings):
-    settings.INFERA_MAX_UNPACKED_MB = 1
+    settings.INFERA = settings.INFERA.replace(max_unpacked_mb=1)
     archive = zip_of({"model.onnx": b"\0" * (2 * 1024 * 1024)})  # compresses to a few KB
     answer = upload(as_operator, "simple", model_file(archive, "bomb.zip"))
     assert answer.status_code == 400
@@ -152,7 +152,7 @@ def test_it_refuses_an_archive_that_unpacks_too_big(as_operator, settings):
 
 
 def test_it_refuses_an_archive_with_too_many_members(as_operator, settings):
-    settings.INFERA_MAX_ARCHIVE_MEMBERS = 3
+    settings.INFERA = settings.INFERA.replace(max_archive_members=3)
     archive = zip_of({f"f{i}.txt": b"x" for i in range(5)})
     answer = upload(as_operator, "simple", model_file(archive, "many.zip"))
     assert answer.status_code == 400
@@ -182,7 +182,8 @@ def test_it_refuses_python_models_from_an_operator(as_operator, store):
     answer = upload(as_operator, "simple", model_file(SIMPLE_STRING_SOURCE.encode(), "model.py"))
     assert answer.status_code == 403
     assert answer.json()["detail"] == (
-        "upload refused: only admins may upload python-backend models (model.py runs code inside the server)"
+        "upload refused: only admins may upload python-backend models or other models that run code "
+        "(model.py runs code inside the server)"
     )
     assert versions() == []
     assert not (store / "simple").exists()
@@ -196,7 +197,7 @@ def test_it_accepts_python_models_from_an_admin(as_admin):
 
 
 def test_it_refuses_python_models_when_the_server_disallows_them(as_admin, settings):
-    settings.INFERA_ALLOW_PYTHON_MODELS = False
+    settings.INFERA = settings.INFERA.replace(allow_python_models=False)
     answer = upload(as_admin, "simple", model_file(SIMPLE_STRING_SOURCE.encode(), "model.py"))
     assert answer.status_code == 403
     assert "INFERA_ALLOW_PYTHON_MODELS=false" in answer.json()["detail"]

@@ -6,9 +6,18 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from console.registry import services
-from console.registry.reconciler import reconcile_once, start_reconciler
 from engine.server import InferenceServer
-from tests.console.registry.engine_helpers import add, change, eventually, infer, register, served_version, states
+from tests.console.registry.engine_helpers import (
+    add,
+    change,
+    eventually,
+    infer,
+    reconcile_once,
+    reconciler_for,
+    register,
+    served_version,
+    states,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -117,7 +126,7 @@ async def test_it_converges_from_what_start_up_loaded_from_the_store(operator, s
 
 async def test_the_loop_follows_a_change_message_without_waiting_for_its_period(engine, operator, simple_onnx):
     await register(operator, "simple", [simple_onnx, simple_onnx])
-    start_reconciler(engine, period=3600)  # only the first pass and the message can act
+    reconciler_for(engine, period=3600).start()  # only the first pass and the message can act
     await eventually(lambda: engine.model_ready("simple", 2))
     assert served_version(engine) == 1
     await change(services.activate, operator, "simple", 2)

@@ -8,9 +8,14 @@ from collections import Counter
 import pytest
 
 from console.registry import services
-from console.registry.reconciler import reconcile_once
 from engine.server import InferenceServer
-from tests.console.registry.engine_helpers import change, infer, register, served_version
+from tests.console.registry.engine_helpers import (
+    change,
+    infer,
+    reconcile_once,
+    register,
+    served_version,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -8,6 +8,7 @@ import pytest
 
 from engine.frontend import V2App
 from engine.server import InferenceServer
+from engine.settings import EngineSettings
 from tests.engine.model_factory import make_simple_onnx
 
 TINY_QUEUE = "dynamic_batching { default_queue_policy { max_queue_size: 1 } }\n"
@@ -24,7 +25,8 @@ def v2_repository(tmp_path: Path) -> Path:
 
 @pytest.fixture
 async def v2_server(v2_repository: Path):
-    server = InferenceServer(v2_repository, gpu_count=0)
+    # the engine alone, driven as Triton is: anyone may load and unload (the console's tests cover tokens)
+    server = InferenceServer(v2_repository, gpu_count=0, settings=EngineSettings(open_repository_control=True))
     await server.start()
     yield server
     await server.stop()

@@ -9,6 +9,7 @@ import numpy as np
 import orjson
 import pytest
 
+from engine.admission import Principal
 from engine.errors import InferaError
 from engine.frontend import Unauthorized, V2App
 from tests.engine.frontend.asgi_client import call
@@ -106,9 +107,11 @@ async def test_it_answers_a_full_queue_with_503_and_retry_after(v2_app):
 async def test_it_asks_authenticate_except_for_health(v2_server):
     seen: list[str] = []
 
-    async def authenticate(scope) -> bool:
+    async def authenticate(scope) -> Principal:
         seen.append(scope["path"])
-        return dict(scope["headers"]).get(b"authorization") == b"Bearer good"
+        if dict(scope["headers"]).get(b"authorization") != b"Bearer good":
+            raise Unauthorized("authentication required: send 'Authorization: Bearer <token>'")
+        return Principal("good", user_id=1)
 
     app = V2App(v2_server, authenticate=authenticate)
     assert (await call(app, "GET", "/v2/health/ready")).status == 200
@@ -202,11 +205,11 @@ class RecordingControl:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []
 
-    async def load(self, name, *, config=None, files=None, scope=None) -> bool:
+    async def load(self, name, *, config=None, files=None, caller=None) -> bool:
         self.calls.append(("load", name))
         return name == "claimed"
 
-    async def unload(self, name, *, scope=None) -> bool:
+    async def unload(self, name, *, caller=None) -> bool:
         self.calls.append(("unload", name))
         return name == "claimed"
 

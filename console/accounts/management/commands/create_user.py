@@ -23,7 +23,9 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
-            created = create_user(options["username"], options["role"], options["password"], options["email"])
+            created = create_user(
+                options["username"], options["role"], options["password"], options["email"], actor="shell"
+            )
         except AccountRuleError as refused:
             raise CommandError(str(refused)) from None
         name = created.user.get_username()

@@ -39,7 +39,7 @@ class Command(BaseCommand):
             raise CommandError(f"--expires-days must be between 1 and {MAX_EXPIRY_DAYS}, got {days}")
         expires = None if days is None else timezone.now() + timedelta(days=days)
         try:
-            token, key = issue_token(user, options["name"], expires)
+            token, key = issue_token(user, options["name"], expires, actor="shell")
         except ValueError as refused:
             raise CommandError(str(refused)) from None
         until = f"until {token.expires:%Y-%m-%d %H:%M} UTC" if token.expires else "without expiry"

@@ -1,0 +1,123 @@
+"""Credential changes reach every /v2 token cache at once: revoked or changed tokens and users are announced.
+
+A token revoked (or edited, or deleted), a user deactivated, deleted or given another role: the change is announced
+on the channel layer after its transaction commits, and each serving process's RevocationListener drops the cached
+verdicts it holds on that token or user. With the in-memory layer that is this process; with Redis, every replica.
+The cache's own few-second expiry remains the backstop for a change made behind Django's back (raw SQL).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.db.models.signals import m2m_changed, post_delete, post_save
+from django.dispatch import receiver
+
+from console.accounts.models import ApiToken
+
+logger = logging.getLogger("console.accounts.revocations")
+
+GROUP = "accounts.credentials"
+CHANGED = "credentials.changed"
+
+
+def announce(*, token_id: int | None = None, user_id: int | None = None) -> None:
+    """After the current transaction commits, tell every listener that a token or a user's credentials changed."""
+
+    def send() -> None:
+        layer = get_channel_layer()
+        if layer is None:
+            return
+        try:
+            async_to_sync(layer.group_send)(GROUP, {"type": CHANGED, "token": token_id, "user": user_id})
+        except Exception:  # the cache's expiry is the backstop; the change itself is committed
+            logger.warning("could not announce a credential change", exc_info=True)
+
+    transaction.on_commit(send)
+
+
+@receiver([post_save, post_delete], sender=ApiToken, dispatch_uid="accounts.token_changed")
+def token_changed(sender: Any, instance: ApiToken, created: bool = False, **_: Any) -> None:
+    if not created:
+        announce(token_id=instance.pk)
+
+
+def _user_changed(sender: Any, instance: Any, created: bool = False, **_: Any) -> None:
+    if not created:
+        announce(user_id=instance.pk)
+
+
+def _roles_changed(sender: Any, instance: Any, action: str, **_: Any) -> None:
+    if action in ("post_add", "post_remove", "post_clear") and isinstance(instance, get_user_model()):
+        announce(user_id=instance.pk)
+
+
+def connect_user_signals() -> None:
+    """Receivers on the user model (called once the app registry is ready)."""
+    user = get_user_model()
+    post_save.connect(_user_changed, sender=user, dispatch_uid="accounts.user_changed")
+    post_delete.connect(_user_changed, sender=user, dispatch_uid="accounts.user_deleted")
+    m2m_changed.connect(_roles_changed, sender=user.groups.through, dispatch_uid="accounts.roles_changed")
+
+
+class RevocationListener:
+    """Drops a TokenCache's verdicts as credential changes are announced; `seen` counts the messages handled."""
+
+    def __init__(self, cache: Any) -> None:
+        self.cache = cache
+        self.seen = 0
+        self._handled = asyncio.Condition()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Join the group and listen in the background (returns once joined, so no change is missed after it)."""
+        layer = get_channel_layer()
+        if layer is None or self._task is not None:
+            return
+        channel = await layer.new_channel("accounts.credentials.")
+        await layer.group_add(GROUP, channel)
+        self._task = asyncio.get_running_loop().create_task(self._listen(layer, channel), name="credential-listener")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def wait_for(self, count: int) -> None:
+        """Until `count` messages have been handled (tests and start-up checks)."""
+        async with self._handled:
+            await self._handled.wait_for(lambda: self.seen >= count)
+
+    async def _listen(self, layer: Any, channel: str) -> None:
+        try:
+            while True:
+                try:
+                    message = await layer.receive(channel)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    logger.warning("the credential listener lost its channel layer; the cache expiry applies")
+                    await asyncio.sleep(1.0)
+                    await layer.group_add(GROUP, channel)
+                    continue
+                if message.get("type") != CHANGED:
+                    continue
+                if message.get("token") is not None:
+                    self.cache.forget_token(message["token"])
+                if message.get("user") is not None:
+                    self.cache.forget_user(message["user"])
+                async with self._handled:
+                    self.seen += 1
+                    self._handled.notify_all()
+        finally:
+            with contextlib.suppress(Exception):
+                await layer.group_discard(GROUP, channel)

@@ -1,0 +1,125 @@
+"""Infera's settings: one frozen object read from the environment once, through the strict readers of console/env.py.
+
+`console/settings.py` builds `INFERA = read_settings()` and derives Django's own settings from it; every other use
+site reads `settings.INFERA.<field>` with no default of its own. The engine's part (`engine`) is read by the engine's
+own reader (engine.settings), so both halves agree on every shared variable. A wrong value stops start-up with a
+message naming the variable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from console.env import EnvError, env_bool, env_choice, env_int, env_list, env_path, env_str, env_url
+from engine.settings import EngineSettings, SettingError, read_engine_settings
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DATABASE_SCHEMES = ("sqlite", "postgres", "postgresql", "pgsql")
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+INFERENCE_AUTH_CHOICES = ("token", "none", "auto")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+DEFAULT_API_RATE = "600/min"
+
+
+@dataclass(frozen=True)
+class InferaSettings:
+    """Every INFERA_* value (and DATABASE_URL, REDIS_URL), parsed and checked."""
+
+    var_dir: Path
+    model_store: Path
+    debug: bool = False
+    secret_key: str | None = None  # None: kept in var_dir/secret_key
+    allowed_hosts: tuple[str, ...] = ("localhost", "127.0.0.1", "[::1]")
+    csrf_trusted_origins: tuple[str, ...] = ()
+    database_url: str | None = None
+    redis_url: str | None = None
+    max_upload_mb: int = 512
+    max_unpacked_mb: int = 2048
+    max_archive_members: int = 10_000
+    reconcile_seconds: int = 10
+    log_level: str = "INFO"
+    inference_auth: str = "auto"
+    login_max_failures: int = 5
+    login_window_seconds: int = 300
+    api_rate: str = DEFAULT_API_RATE
+    secure_cookies: bool | None = None  # None: Secure unless debug
+    engine: EngineSettings = field(default_factory=EngineSettings)
+
+    @property
+    def max_upload_bytes(self) -> int:
+        return self.max_upload_mb * 1024 * 1024
+
+    @property
+    def allow_python_models(self) -> bool:
+        """INFERA_ALLOW_PYTHON_MODELS: whether any model that runs code may load (decided by the engine)."""
+        return self.engine.allow_code
+
+    @property
+    def open_repository_control(self) -> bool:
+        return self.engine.open_repository_control
+
+    @property
+    def cookies_secure(self) -> bool:
+        return (not self.debug) if self.secure_cookies is None else self.secure_cookies
+
+    def replace(self, **changes: Any) -> InferaSettings:
+        """A copy with `changes`; `allow_python_models` and the engine's own field names change the engine part."""
+        engine_fields = {f.name for f in dataclasses.fields(EngineSettings)}
+        engine_changes = {k: changes.pop(k) for k in list(changes) if k in engine_fields}
+        if "allow_python_models" in changes:
+            engine_changes["allow_code"] = changes.pop("allow_python_models")
+        engine = dataclasses.replace(self.engine, **engine_changes) if engine_changes else self.engine
+        return dataclasses.replace(self, engine=engine, **changes)
+
+
+def read_settings(environ: Mapping[str, str] | None = None) -> InferaSettings:
+    """InferaSettings from the environment (os.environ by default); EnvError names a wrong variable."""
+    env = environ
+    var_dir = env_path("INFERA_VAR_DIR", BASE_DIR / "var", base=BASE_DIR, environ=env)
+    max_upload_mb = env_int("INFERA_MAX_UPLOAD_MB", 512, minimum=1, maximum=1024 * 1024, environ=env)
+    secure_cookies = env_str("INFERA_SECURE_COOKIES", environ=env)
+    debug = env_bool("INFERA_DEBUG", False, environ=env)
+    try:
+        engine = read_engine_settings(env)
+    except SettingError as exc:
+        raise EnvError(str(exc)) from None
+    return InferaSettings(
+        var_dir=var_dir,
+        model_store=env_path("INFERA_MODEL_STORE", var_dir / "models", base=BASE_DIR, environ=env),
+        debug=debug,
+        secret_key=env_str("INFERA_SECRET_KEY", environ=env),
+        allowed_hosts=tuple(env_list("INFERA_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"], environ=env)),
+        csrf_trusted_origins=tuple(env_list("INFERA_CSRF_TRUSTED_ORIGINS", [], environ=env)),
+        database_url=env_url("DATABASE_URL", DATABASE_SCHEMES, environ=env),
+        redis_url=env_url("REDIS_URL", REDIS_SCHEMES, environ=env),
+        max_upload_mb=max_upload_mb,
+        # an archive may unpack to this much, in this many members (zip bombs and member floods stop here)
+        max_unpacked_mb=env_int("INFERA_MAX_UNPACKED_MB", 4 * max_upload_mb, minimum=1, environ=env),
+        max_archive_members=env_int("INFERA_MAX_ARCHIVE_MEMBERS", 10_000, minimum=1, environ=env),
+        # how soon a replica that missed a change message converges anyway
+        reconcile_seconds=env_int("INFERA_RECONCILE_SECONDS", 10, minimum=1, maximum=3600, environ=env),
+        log_level=env_choice("INFERA_LOG_LEVEL", "INFO", LOG_LEVELS, environ=env),
+        inference_auth=env_choice("INFERA_INFERENCE_AUTH", "auto", INFERENCE_AUTH_CHOICES, environ=env),
+        login_max_failures=env_int("INFERA_LOGIN_MAX_FAILURES", 5, minimum=1, environ=env),
+        login_window_seconds=env_int("INFERA_LOGIN_WINDOW_SECONDS", 300, minimum=1, environ=env),
+        api_rate=api_rate(env_str("INFERA_API_RATE", environ=env)),
+        secure_cookies=None if secure_cookies is None else env_bool("INFERA_SECURE_COOKIES", not debug, environ=env),
+        engine=engine,
+    )
+
+
+def api_rate(raw: str | None) -> str:
+    """INFERA_API_RATE checked: requests per second, minute, hour or day, like `600/min`."""
+    if raw is None or not raw.strip():
+        return DEFAULT_API_RATE
+    rate = raw.strip().lower()
+    if not re.fullmatch(r"[1-9][0-9]*/(s|sec|second|m|min|minute|h|hour|d|day)", rate):
+        raise EnvError(
+            f"INFERA_API_RATE must be a number of requests per s, min, hour or day like 600/min, got {raw!r}"
+        )
+    return rate

@@ -1,0 +1,118 @@
+"""What this process runs, built once and started in one stated order: the console's runtime.
+
+The ASGI application (console/composition.py) owns one Runtime and puts it in every connection's scope under
+RUNTIME_KEY, so views, the API and WebSocket consumers reach the engine through `runtime_of(...)` and never through
+a module global. Start-up order, each step after the one before:
+
+0. the /v2 token cache listens for revoked tokens and changed users (console/accounts/revocations.py);
+1. the model store exists (a new install starts with an empty store) and old staging leftovers are swept;
+2. the engine loads every model in the store (/v2/health/ready turns 200 at the end);
+3. the reconciler converges the engine on the registry once (the active versions serve), then follows changes;
+4. the sampler takes a snapshot a second and publishes it to the dashboards.
+
+Stopping runs the other way round.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from console.accounts.inference_auth import TokenCache, make_v2_authenticator
+from console.accounts.revocations import RevocationListener
+from console.config import InferaSettings
+from console.monitoring.live import GroupPublisher
+from console.registry.reconciler import Reconciler
+from console.registry.store import ModelStore
+from console.registry.v2_hooks import RegistryRepositoryControl
+from engine.frontend import V2App
+from engine.frontend.lifespan import ServiceLifespan
+from engine.monitoring.prometheus import MetricsApp
+from engine.monitoring.sampler import MetricsSampler
+from engine.server import InferenceServer
+
+logger = logging.getLogger("console.runtime")
+
+RUNTIME_KEY = "infera.runtime"
+START_ORDER = ("credentials", "store", "engine", "reconcile", "follow", "monitoring")
+
+
+class Runtime:
+    """The engine, its front ends, the reconciler, the sampler and the /v2 authenticator of one serving process."""
+
+    def __init__(self, settings: InferaSettings, *, listen_host: str | None = None) -> None:
+        self.settings = settings
+        self.store = ModelStore(settings.model_store)
+        self.server = InferenceServer(settings.model_store, settings=settings.engine)
+        self.reconciler = Reconciler(self.server, float(settings.reconcile_seconds))
+        self.token_cache = TokenCache()
+        self.revocations = RevocationListener(self.token_cache)
+        self.authenticate = make_v2_authenticator(
+            settings.inference_auth, listen_host, self.token_cache, open_repository=settings.open_repository_control
+        )
+        self.v2 = V2App(
+            self.server,
+            authenticate=self.authenticate,
+            repository_control=RegistryRepositoryControl(self.reconciler),
+            trusted_origins=settings.csrf_trusted_origins,
+        )
+        self.sampler = MetricsSampler(self.server, use_nvml=not settings.engine.disable_nvml)
+        # /metrics is answered here, every other engine path by the v2 front end
+        self.engine_app = MetricsApp(self.server, self.sampler, fallback=self.v2)
+        self.lifespan = ServiceLifespan(self.start, self.stop, wait_for_start=False)
+        self.started: list[str] = []
+        self.startup_failure: str | None = None
+
+    async def start(self) -> None:
+        """Run the start-up steps in START_ORDER; a failure is kept for the home page and re-raised."""
+        self.startup_failure = None
+        try:
+            await self.revocations.start()
+            self.started.append("credentials")
+            self.settings.model_store.mkdir(parents=True, exist_ok=True)
+            self.store.sweep()
+            self.started.append("store")
+            logger.info("engine starting: loading every model in the model store")
+            await self.server.start(load_models=True)
+            self.started.append("engine")
+            try:
+                await self.reconciler.reconcile_once()
+            except Exception:  # the database may be down: the periodic pass retries
+                logger.exception("the start-up reconciliation failed; the periodic pass retries")
+            self.started.append("reconcile")
+            self.reconciler.start()
+            self.started.append("follow")
+            self.sampler.subscribe(GroupPublisher())
+            self.sampler.start()
+            self.started.append("monitoring")
+            logger.info("engine ready; monitoring every %.0f s, streaming to /ws/metrics/", self.sampler.interval)
+        except Exception as exc:
+            self.startup_failure = f"{type(exc).__name__}: {exc}"
+            raise
+
+    async def stop(self) -> None:
+        """Stop what started, last first: the sampler ends before the engine it reads."""
+        if "monitoring" in self.started:
+            await self.sampler.stop()
+        if "follow" in self.started:
+            await self.reconciler.stop()
+        await self.server.stop()
+        await self.revocations.stop()
+        self.started.clear()
+
+    @property
+    def state(self) -> str:
+        """absent, loading, ready or failed, as the home page shows it."""
+        if self.startup_failure:
+            return "failed"
+        return "ready" if self.server.is_ready() else "loading"
+
+
+def runtime_of(source: Any) -> Runtime | None:
+    """The runtime of a request (Django or DRF), a consumer's scope, or a scope; None outside a serving process."""
+    request = getattr(source, "_request", source)  # a DRF Request wraps Django's
+    scope = getattr(request, "scope", request)
+    if isinstance(scope, Mapping):
+        return scope.get(RUNTIME_KEY)
+    return None

@@ -1,0 +1,129 @@
+"""The engine's settings, read once from the environment into one frozen object, with the one strict boolean parser.
+
+The console builds its own settings on top of this (console/config.py); the standalone engine reads it alone.
+Every reader is strict: a value that does not parse stops start-up with a message naming the variable.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
+FALSE_WORDS = frozenset({"0", "false", "no", "off"})
+
+
+class SettingError(ValueError):
+    """An environment variable holds a value the engine cannot use; the message names the variable."""
+
+
+def parse_bool(name: str, raw: str) -> bool:
+    """A strict boolean: 1/0, true/false, yes/no, on/off in any case; anything else names `name` in the error."""
+    value = raw.strip().lower()
+    if value in TRUE_WORDS:
+        return True
+    if value in FALSE_WORDS:
+        return False
+    raise SettingError(f"{name} must be a boolean (true/false, 1/0, yes/no, on/off), got {raw!r}")
+
+
+def read_text(name: str, environ: Mapping[str, str]) -> str | None:
+    """The variable's value, or the content of the file `<name>_FILE` names (Docker and Kubernetes secrets)."""
+    file_name = f"{name}_FILE"
+    direct, file_path = environ.get(name), environ.get(file_name)
+    if direct is not None and file_path is not None:
+        raise SettingError(f"{name} and {file_name} are both set; set only one of them")
+    if file_path is not None:
+        try:
+            # one trailing newline is how editors and `echo` save a secret; it is never part of it
+            return Path(file_path).read_text(encoding="utf-8").removesuffix("\n").removesuffix("\r")
+        except OSError as exc:
+            raise SettingError(f"{file_name}: cannot read '{file_path}': {exc.strerror or exc}") from exc
+    return direct
+
+
+def read_bool(name: str, default: bool, environ: Mapping[str, str]) -> bool:
+    raw = read_text(name, environ)
+    return default if raw is None or not raw.strip() else parse_bool(name, raw)
+
+
+def read_int(
+    name: str, default: int, environ: Mapping[str, str], *, minimum: int = 0, maximum: int | None = None
+) -> int:
+    raw = read_text(name, environ)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise SettingError(f"{name} must be a whole number, got {raw!r}") from None
+    if value < minimum:
+        raise SettingError(f"{name} must be at least {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise SettingError(f"{name} must be at most {maximum}, got {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class ConfigLimits:
+    """Upper bounds on what a model config may ask of this machine; a config past one is refused at load.
+
+    Triton trusts its repository; Infera takes configs from people over HTTP, so a 200-byte config must not be able
+    to ask for a billion warm-up runs, gigabytes of warm-up data or thousands of threads.
+    """
+
+    max_instances: int = 64  # instance_group counts summed over the groups (and GPUs)
+    max_threads: int = 256  # intra/inter-op thread parameters
+    max_warmup_count: int = 1000  # model_warmup count, per sample
+    max_warmup_bytes: int = 256 * 1024 * 1024  # one warm-up sample, all inputs together
+    max_batch_size: int = 1 << 16
+    max_dim: int = 1 << 31  # any dims / reshape entry
+
+
+@dataclass(frozen=True)
+class SandboxSettings:
+    """How untrusted versions are trial-loaded: in a child process with no network and these limits."""
+
+    enabled: bool = True
+    memory_mb: int = 4096
+    cpu_seconds: int = 120
+    timeout_seconds: int = 180
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """Everything the engine reads from the environment, read once."""
+
+    allow_code: bool = True  # INFERA_ALLOW_PYTHON_MODELS: may any load run code (model.py, .pt2) at all
+    open_repository_control: bool = False  # anonymous callers may load and unload through /v2
+    disable_nvml: bool = False
+    max_body_bytes: int = 64 * 1024 * 1024  # Triton's default for --http-max-input-size
+    limits: ConfigLimits = field(default_factory=ConfigLimits)
+    sandbox: SandboxSettings = field(default_factory=SandboxSettings)
+
+
+def read_engine_settings(environ: Mapping[str, str] | None = None) -> EngineSettings:
+    """EngineSettings from INFERA_* variables (defaults for those unset); SettingError names a bad one."""
+    env = os.environ if environ is None else environ
+    limits = ConfigLimits(
+        max_instances=read_int("INFERA_MAX_INSTANCES", ConfigLimits.max_instances, env, minimum=1),
+        max_threads=read_int("INFERA_MAX_THREADS", ConfigLimits.max_threads, env, minimum=1),
+        max_warmup_count=read_int("INFERA_MAX_WARMUP_COUNT", ConfigLimits.max_warmup_count, env, minimum=1),
+        max_warmup_bytes=read_int("INFERA_MAX_WARMUP_MB", ConfigLimits.max_warmup_bytes >> 20, env, minimum=1) << 20,
+    )
+    sandbox = SandboxSettings(
+        enabled=read_bool("INFERA_SANDBOX_TRIAL_LOADS", True, env),
+        memory_mb=read_int("INFERA_SANDBOX_MEMORY_MB", SandboxSettings.memory_mb, env, minimum=256),
+        cpu_seconds=read_int("INFERA_SANDBOX_CPU_SECONDS", SandboxSettings.cpu_seconds, env, minimum=1),
+        timeout_seconds=read_int("INFERA_SANDBOX_TIMEOUT_SECONDS", SandboxSettings.timeout_seconds, env, minimum=1),
+    )
+    return EngineSettings(
+        allow_code=read_bool("INFERA_ALLOW_PYTHON_MODELS", True, env),
+        open_repository_control=read_bool("INFERA_OPEN_REPOSITORY_CONTROL", False, env),
+        disable_nvml=read_bool("INFERA_DISABLE_NVML", False, env),
+        max_body_bytes=read_int("INFERA_MAX_BODY_BYTES", EngineSettings.max_body_bytes, env, minimum=1024),
+        limits=limits,
+        sandbox=sandbox,
+    )

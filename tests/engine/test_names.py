@@ -1,0 +1,49 @@
+"""Model names and `file:` paths are checked, and paths normalised, before anything touches the disk."""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+
+import pytest
+
+from engine.errors import InvalidArgument
+from engine.names import check_model_name, normalise_file_path, normalise_files
+
+
+@pytest.mark.parametrize("raw", ["1/model.py/", "/1/model.py", "1//model.py//", "./1/model.py/.", "1/./model.py"])
+def test_it_normalises_every_spelling_of_one_file(raw):
+    assert normalise_file_path(raw) == PurePosixPath("1/model.py")
+
+
+@pytest.mark.parametrize(
+    ("raw", "why"),
+    [
+        ("../x", "leaves the model folder"),
+        ("1/../../etc/passwd", "leaves the model folder"),
+        ("1\\model.py", "uses '\\\\'"),
+        ("1/model\x00.py", "control character"),
+        ("/", "names no file"),
+        ("", "is empty"),
+        ("1/" + "a" * 300, "longer than 255 bytes"),
+        ("/".join("d" * 10), "folders deep"),
+    ],
+)
+def test_it_refuses_paths_that_escape_or_cannot_be_files(raw, why):
+    with pytest.raises(InvalidArgument, match=why):
+        normalise_file_path(raw)
+
+
+def test_it_refuses_two_parameters_that_name_one_file():
+    with pytest.raises(InvalidArgument, match="another file parameter names too"):
+        normalise_files({"1/model.py": b"a", "1/model.py/": b"b"})
+
+
+@pytest.mark.parametrize("name", ["..", ".", ".hidden", "a/b", "", "con", "NUL", "com1.onnx", "a.", "x" * 129, "-x"])
+def test_it_refuses_names_a_filesystem_would_misread(name):
+    with pytest.raises(InvalidArgument, match="is invalid"):
+        check_model_name(name)
+
+
+@pytest.mark.parametrize("name", ["simple", "TestModel123", "_private", "resnet-50.v2", "x" * 128, "console"])
+def test_it_accepts_names_triton_users_give(name):
+    assert check_model_name(name) == name

@@ -60,3 +60,12 @@ def test_it_locks_django_admin_sign_in_too(admin):
     response = client.post("/admin/login/", {"username": "ada", "password": PASSWORD})
     assert response.status_code == 200  # the form again: not signed in
     assert "_auth_user_id" not in client.session
+
+
+def test_it_locks_an_address_that_tries_many_names(viewer):
+    """The finding: lockout was per name only, so one address could try a password on every name."""
+    for number in range(12):  # 3 allowed per name, 4 times that per address
+        sign_in("wrong", username=f"guess-{number}")
+    locked = sign_in(PASSWORD)
+    assert locked.status_code == 200 and "Too many failed sign-ins from your address" in locked.content.decode()
+    assert sign_in(PASSWORD, address="10.0.0.2").status_code == 302

@@ -132,3 +132,21 @@ async def test_the_loop_follows_a_change_message_without_waiting_for_its_period(
     await change(services.activate, operator, "simple", 2)
     await eventually(lambda: served_version(engine) == 2)
     assert (await infer(engine)).model_version == 2
+
+
+async def test_each_version_keeps_its_own_config_and_a_rollback_brings_it_back(engine, operator, simple_onnx, store):
+    """The finding: activating a version with a new config made every version run with it, and rollback kept it."""
+    from console.registry.uploads import parse_config_text
+    from tests.console.registry.conftest import SIMPLE_PBTXT, model_file
+
+    await register(operator, "simple", [simple_onnx], config=SIMPLE_PBTXT)
+    smaller = parse_config_text(SIMPLE_PBTXT.replace("max_batch_size: 8", "max_batch_size: 2"))
+    model = await sync_to_async(services.get_model)("simple")
+    await sync_to_async(services.add_version)(operator, model, model_file(simple_onnx), config=smaller, activate=True)
+    await reconcile_once(engine)
+    assert served_version(engine) == 2
+    assert (engine.model_config("simple", 1).max_batch_size, engine.model_config("simple", 2).max_batch_size) == (8, 2)
+    await change(services.activate, operator, "simple", 1)
+    await reconcile_once(engine)
+    assert served_version(engine) == 1 and engine.model_config("simple").max_batch_size == 8
+    assert "max_batch_size: 8" in (store / "simple" / "config.pbtxt").read_text()

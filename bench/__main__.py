@@ -16,6 +16,7 @@ from bench import mlserver_peer
 from bench.dashboards import run_dashboards
 from bench.direct import measure_direct
 from bench.engine_inproc import measure_engine
+from bench.grpc_runs import H2LOAD, GrpcTarget, measure_grpc_target
 from bench.hotswap import console_switcher, repository_switcher, run_hotswap
 from bench.http_runs import HttpPlan, Target, measure_target, write_echo_responses
 from bench.infera import LAUNCH_MODES, ConsoleHome, infera_spec, resolve_mode
@@ -28,7 +29,7 @@ from bench.wrk import WRK, WrkScripts
 RESULTS = ROOT / "bench" / "results"
 HTTP_TARGETS = ("echo-uvicorn", "echo-daphne", "infera-uvicorn", "infera-daphne", "mlserver")
 DEFAULT_TARGETS = ("echo-uvicorn", "infera-uvicorn", "infera-daphne", "mlserver")
-SECTIONS = ("direct", "http", "engine", "hotswap", "dashboards")
+SECTIONS = ("direct", "http", "grpc", "engine", "hotswap", "dashboards")
 
 
 def csv(kind):
@@ -110,6 +111,43 @@ def http_targets(args: argparse.Namespace, repository: Path, workdir: Path, echo
         ),
     }
     return [builders[name] for name in args.targets]
+
+
+def grpc_section(args, repository: Path, workdir: Path) -> list[dict]:
+    """Infera's gRPC front end (the console under uvicorn) and MLServer's, one after the other."""
+    if not shutil.which(H2LOAD):
+        raise NotAvailable("h2load is not installed: apt-get install nghttp2-client")
+    rows: list[dict] = []
+    folder = workdir / "grpc-frames"
+    folder.mkdir(parents=True, exist_ok=True)
+    grpc_port = free_port()
+    spec = with_models(
+        infera_spec("uvicorn", free_port(), repository, workdir / "grpc", args.infera_launch, grpc_port),
+        args.models,
+        "infera-grpc",
+    )
+    peers = [("infera-grpc", spec, True)]
+    if "mlserver" in args.targets:
+        mlserver_grpc = free_port()
+        try:
+            mlserver = mlserver_peer.mlserver_spec(
+                workdir / "mlserver-grpc", repository, args.models, free_port(), args.mlserver_workers, mlserver_grpc
+            )
+            mlserver.name = "mlserver-grpc"
+            peers.append(("mlserver-grpc", mlserver, False))
+        except NotAvailable as reason:
+            rows += [
+                {"target": "mlserver-grpc", "model": m, "concurrency": c, "unavailable": str(reason)}
+                for m in args.models
+                for c in args.concurrency
+            ]
+    for label, peer_spec, counts in peers:
+        print(f"\n{label}", flush=True)
+        address = f"127.0.0.1:{grpc_port if label == 'infera-grpc' else mlserver_grpc}"
+        with ServerProcess(peer_spec, RESULTS / "logs"):
+            target = GrpcTarget(label, address, counts)
+            rows += measure_grpc_target(target, args.models, args.concurrency, args.seconds, args.runs, folder)
+    return rows
 
 
 def guarded(section: str, run) -> dict:
@@ -227,6 +265,13 @@ def main(argv: list[str] | None = None) -> int:
             for target in http_targets(args, repository, workdir, echo_dir):
                 print(f"\n{target.label}", flush=True)
                 results["http"] += measure_target(target, repository, plan, scripts, RESULTS / "logs")
+        if "grpc" in args.sections:
+            print("\ngRPC ModelInfer (h2load)", flush=True)
+            try:
+                results["grpc"] = grpc_section(args, repository, workdir)
+            except NotAvailable as reason:
+                results["grpc"] = [{"unavailable": str(reason)}]
+                print(f"  not available: {reason}", flush=True)
         if "engine" in args.sections:
             results["engine"] = guarded(
                 f"engine in process ({args.engine_model}, 64 callers)",

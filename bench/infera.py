@@ -116,7 +116,9 @@ def _link_model_files(source: str, target: str) -> None:
         os.link(source, target)
 
 
-def infera_spec(server: str, port: int, repository: Path, workdir: Path, mode: str = "auto") -> ServerSpec:
+def infera_spec(
+    server: str, port: int, repository: Path, workdir: Path, mode: str = "auto", grpc_port: int = 0
+) -> ServerSpec:
     """The ServerSpec of Infera under `server` (uvicorn or daphne); NotAvailable when the tree lacks it."""
     mode = resolve_mode(mode)
     if mode == "console":
@@ -126,7 +128,7 @@ def infera_spec(server: str, port: int, repository: Path, workdir: Path, mode: s
         home = ConsoleHome(workdir)
         home.prepare(repository)
         command = [PYTHON, "manage.py", "serve", "--host", "127.0.0.1", "--port", str(port), "--server", server]
-        command += ["--no-seed", "--no-access-log"]
+        command += ["--no-seed", "--no-access-log", "--grpc-port", str(grpc_port)]  # 0: off, nothing to collide on
         return ServerSpec(f"infera-{server}", command, port, env=home.env)
     missing = standalone_missing()
     if missing:

@@ -50,14 +50,16 @@ def mlserver_version() -> str:
     return done.stdout.strip() or "-"
 
 
-def write_settings(folder: Path, repository: Path, models: list[str], port: int, parallel_workers: int) -> None:
+def write_settings(
+    folder: Path, repository: Path, models: list[str], port: int, parallel_workers: int, grpc_port: int = 0
+) -> None:
     """settings.json and one model-settings.json per model, pointing at the repository's version 1 ONNX files."""
     folder.mkdir(parents=True, exist_ok=True)
     settings = {
         "debug": False,
         "host": "127.0.0.1",
         "http_port": port,
-        "grpc_port": free_port(),
+        "grpc_port": grpc_port or free_port(),
         "metrics_port": free_port(),
         "parallel_workers": parallel_workers,
         "load_models_at_startup": True,
@@ -80,13 +82,13 @@ def write_settings(folder: Path, repository: Path, models: list[str], port: int,
 
 
 def mlserver_spec(
-    folder: Path, repository: Path, models: list[str], port: int, parallel_workers: int = 1
+    folder: Path, repository: Path, models: list[str], port: int, parallel_workers: int = 1, grpc_port: int = 0
 ) -> ServerSpec:
     """The ServerSpec of `mlserver start` over a generated settings folder; NotAvailable without the venv."""
     missing = venv_missing()
     if missing:
         raise NotAvailable(missing)
-    write_settings(folder, repository, models, port, parallel_workers)
+    write_settings(folder, repository, models, port, parallel_workers, grpc_port)
     # only the runtime goes on MLServer's path: bench/ itself holds modules that would shadow its imports
     runtime_folder = folder / "runtime"
     runtime_folder.mkdir(exist_ok=True)

@@ -205,6 +205,45 @@ def gpu_text(gpu: dict | None) -> str:
     return gpu.get("markdown", "")
 
 
+def grpc_table(results: dict) -> str:
+    """gRPC ModelInfer rows (h2load), Infera next to MLServer, with the same models and connections."""
+    if "grpc" not in results:
+        return "Not run in this bench (`--sections` without `grpc`)."
+    if "unavailable" in results["grpc"][0] and len(results["grpc"]) == 1:
+        return "Not available: " + _short(results["grpc"][0]["unavailable"])
+    rows = []
+    for row in results["grpc"]:
+        if "unavailable" in row:
+            rows.append(
+                [
+                    row["target"],
+                    row["model"],
+                    str(row["concurrency"]),
+                    "not available: " + _short(row["unavailable"]),
+                    "",
+                    "",
+                    "",
+                ]
+            )
+            continue
+        rows.append(
+            [
+                row["target"],
+                row["model"],
+                str(row["concurrency"]),
+                f"{row['rps']:.0f}",
+                f"{row['p50_ms']:.3f}",
+                f"{row['p99_ms']:.3f}",
+                f"{row['errors']} ({row['errors_counted']})",
+            ]
+        )
+    return (
+        "Loaded by h2load (`-m 1`: one request in flight per connection, as wrk), one prepared ModelInferRequest "
+        "frame with raw input contents; median of the runs.\n\n"
+        + table(["server", "model", "conns", "req/s", "p50 ms", "p99 ms", "errors"], rows)
+    )
+
+
 def render_markdown(results: dict) -> str:
     """The whole docs/benchmarks.md."""
     system = results["system"]
@@ -229,6 +268,7 @@ def render_markdown(results: dict) -> str:
         ),
         "## HTTP: throughput and latency\n\n" + http_tables(results),
         "## Ratios\n\n" + ratio_table(results),
+        "## gRPC: throughput and latency\n\n" + grpc_table(results),
         "## Engine in process (issue 3)\n\n" + section_or_reason(results.get("engine"), engine_text),
         "## Hot swap under load\n\n" + section_or_reason(results.get("hotswap"), hotswap_text),
         "## Dashboards open under load\n\n" + section_or_reason(results.get("dashboards"), dashboards_text),

@@ -156,9 +156,49 @@ def dashboards_verdicts(results: dict) -> list[Verdict]:
     return [Verdict("50 dashboards: throughput cost", "< 5%", f"{cost * 100:.1f}%", "PASS" if cost < 0.05 else "MISS")]
 
 
+def grpc_row(results: dict, target: str, model: str, concurrency: int) -> dict | None:
+    """The gRPC row of one case, or None when it was not run."""
+    for row in results.get("grpc", []):
+        if (row["target"], row["model"], row["concurrency"]) == (target, model, concurrency):
+            return row
+    return None
+
+
+def grpc_verdicts(results: dict) -> list[Verdict]:
+    """Issue 13: gRPC at c=64 at least HTTP's (binary bodies) and 5× MLServer's gRPC; p50 at c=1 within 0.5 ms."""
+    if "grpc" not in results:
+        return []
+    model = "simple" if "simple" in results["settings"]["models"] else results["settings"]["models"][0]
+    ours = ("infera-grpc", grpc_row(results, "infera-grpc", model, 64))
+    verdicts = [
+        _ratio_verdict(
+            f"gRPC vs HTTP (binary), {model} c=64",
+            "≥ 1.0× of Infera's HTTP",
+            1.0,
+            ours,
+            ("infera-uvicorn binary", http_row(results, "infera-uvicorn", model, "binary", 64)),
+        ),
+        _ratio_verdict(
+            f"gRPC vs MLServer gRPC, {model} c=64",
+            "≥ 5× MLServer 1.7.1's gRPC",
+            5.0,
+            ours,
+            ("mlserver-grpc", grpc_row(results, "mlserver-grpc", model, 64)),
+        ),
+    ]
+    single = grpc_row(results, "infera-grpc", model, 1)
+    if _measured(single):
+        status = "PASS" if single["p50_ms"] <= 0.5 else "MISS"
+        verdicts.append(Verdict(f"gRPC p50, {model} c=1", "≤ 0.5 ms", f"{single['p50_ms']:.3f} ms", status))
+    else:
+        verdicts.append(Verdict(f"gRPC p50, {model} c=1", "≤ 0.5 ms", _why_missing(("infera-grpc", single)), "N/A"))
+    return verdicts
+
+
 def all_verdicts(results: dict) -> list[Verdict]:
     """Every target of the bench, in the report's order."""
     verdicts = []
     for label in INFERA_LABELS:
         verdicts += http_verdicts(results, label)
+    verdicts += grpc_verdicts(results)
     return verdicts + engine_verdicts(results) + hotswap_verdicts(results) + dashboards_verdicts(results)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from django.conf import settings
+from console.config import InferaSettings
 
 
-def run_daphne(host: str, port: int, *, access_log: bool = True) -> None:
+def run_daphne(infera: InferaSettings, host: str, port: int, *, access_log: bool = True) -> None:
     """Serve the console application with daphne in the foreground until interrupted."""
     # daphne.server installs Twisted's asyncio reactor; it must be imported before anything touches Twisted
     from daphne.server import Server  # isort: skip
@@ -22,7 +22,7 @@ def run_daphne(host: str, port: int, *, access_log: bool = True) -> None:
     from console.composition import build_application
     from console.daphne_limits import limit_request_bodies
 
-    application = build_application(settings.INFERA, listen_host=host)
+    application = build_application(infera, listen_host=host)
     lifespan = application.runtime.lifespan
 
     def start_runtime() -> None:
@@ -39,6 +39,6 @@ def run_daphne(host: str, port: int, *, access_log: bool = True) -> None:
         action_logger=AccessLogGenerator(MaskedAccessLog(sys.stdout)) if access_log else None,
         ready_callable=start_runtime,
     )
-    needs_token = resolve_mode(settings.INFERA.inference_auth, host) == "token"
-    limit_request_bodies(server, settings.INFERA, v2_needs_token=needs_token)
+    needs_token = resolve_mode(infera.inference_auth, host) == "token"
+    limit_request_bodies(server, infera, v2_needs_token=needs_token)
     server.run()

@@ -6,11 +6,12 @@ a module global. Start-up order, each step after the one before:
 
 0. the /v2 token cache listens for revoked tokens and changed users (console/accounts/revocations.py);
 1. the model store exists (a new install starts with an empty store) and old staging leftovers are swept;
-2. the engine loads every model in the store (/v2/health/ready turns 200 at the end);
-3. the reconciler converges the engine on the registry once (the active versions serve), then follows changes;
-4. the sampler takes a snapshot a second and publishes it to the dashboards.
+2. the gRPC front end listens (INFERA_GRPC_PORT; its health answers "not serving" until the engine is ready);
+3. the engine loads every model in the store (/v2/health/ready turns 200 at the end);
+4. the reconciler converges the engine on the registry once (the active versions serve), then follows changes;
+5. the sampler takes a snapshot a second and publishes it to the dashboards.
 
-Stopping runs the other way round.
+Stopping runs the other way round, the gRPC server finishing its in-flight calls before the engine stops.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from console.registry.reconciler import Reconciler
 from console.registry.store import ModelStore
 from console.registry.v2_hooks import RegistryRepositoryControl
 from engine.frontend import V2App
+from engine.frontend.grpc_server import GrpcFrontEnd
 from engine.frontend.lifespan import ServiceLifespan
 from engine.monitoring.prometheus import MetricsApp
 from engine.monitoring.sampler import MetricsSampler
@@ -35,7 +37,7 @@ from engine.server import InferenceServer
 logger = logging.getLogger("console.runtime")
 
 RUNTIME_KEY = "infera.runtime"
-START_ORDER = ("credentials", "store", "engine", "reconcile", "follow", "monitoring")
+START_ORDER = ("credentials", "store", "grpc", "engine", "reconcile", "follow", "monitoring")
 
 
 class Runtime:
@@ -57,6 +59,18 @@ class Runtime:
             repository_control=RegistryRepositoryControl(self.reconciler),
             trusted_origins=settings.csrf_trusted_origins,
         )
+        grpc = settings.engine.grpc
+        self.grpc = (
+            GrpcFrontEnd(
+                self.server,
+                grpc,
+                host=listen_host or "127.0.0.1",
+                authenticate=self.authenticate,
+                repository_control=self.v2.repository_control,
+            )
+            if grpc.port
+            else None
+        )
         self.sampler = MetricsSampler(self.server, use_nvml=not settings.engine.disable_nvml)
         # /metrics is answered here, every other engine path by the v2 front end
         self.engine_app = MetricsApp(self.server, self.sampler, fallback=self.v2)
@@ -73,6 +87,9 @@ class Runtime:
             self.settings.model_store.mkdir(parents=True, exist_ok=True)
             self.store.sweep()
             self.started.append("store")
+            if self.grpc is not None:
+                await self.grpc.start()
+                self.started.append("grpc")
             logger.info("engine starting: loading every model in the model store")
             await self.server.start(load_models=True)
             self.started.append("engine")
@@ -97,6 +114,8 @@ class Runtime:
             await self.sampler.stop()
         if "follow" in self.started:
             await self.reconciler.stop()
+        if "grpc" in self.started and self.grpc is not None:
+            await self.grpc.stop()  # in-flight calls finish before the engine they use stops
         await self.server.stop()
         await self.revocations.stop()
         self.started.clear()

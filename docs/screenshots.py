@@ -119,7 +119,7 @@ def running_console() -> Iterator[Console]:
         log_path = var_dir / "serve.log"
         with log_path.open("wb") as log:
             process = subprocess.Popen(
-                [sys.executable, "manage.py", "serve", "--port", str(port), "--no-access-log"],
+                [sys.executable, "manage.py", "serve", "--port", str(port), "--grpc-port", "0", "--no-access-log"],
                 cwd=REPO_ROOT,
                 env=env,
                 stdout=log,

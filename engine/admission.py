@@ -16,7 +16,7 @@ from pathlib import Path
 from engine.backends import get_backend
 from engine.config import ModelConfig, VersionPolicy
 from engine.datatypes import config_to_wire, numpy_dtype
-from engine.errors import CodeRefused, InferaError, InvalidArgument, LoadError
+from engine.errors import CodeRefused, Forbidden, InferaError, InvalidArgument, LoadError
 from engine.lifecycle import trial_load
 from engine.names import check_model_name
 from engine.repository import (
@@ -57,6 +57,18 @@ class Principal:
 SYSTEM = Principal("system", may_change_models=True, may_load_code=True)
 # a caller on a connection the server leaves open, who presented no credentials
 ANONYMOUS = Principal("anonymous")
+
+
+def may_not_change(principal: Principal, model: str) -> Forbidden:
+    """The refusal of a caller who may not load or unload models, in words that say what it needs."""
+    if principal.authenticated:
+        return Forbidden(
+            f"role '{principal.role or 'none'}' may not load or unload models ('{model}'): it needs operator or admin"
+        )
+    return Forbidden(
+        f"loading and unloading models ('{model}') needs an API token of an operator or admin: send "
+        "'Authorization: Bearer <key>' (or open repository control with INFERA_OPEN_REPOSITORY_CONTROL=true)"
+    )
 
 
 def code_reason(config: ModelConfig) -> str | None:

@@ -89,7 +89,7 @@ class Dispatcher:
         try:
             outputs = await pending.future
         except InferaError:
-            self.stats.record_failure(time.monotonic_ns() - now)
+            self.stats.record_failure(time.monotonic_ns() - now, request.protocol)
             raise
         return InferenceResponse(model_name=self.name, model_version=self.version, outputs=outputs, id=request.id)
 
@@ -168,7 +168,7 @@ class Dispatcher:
         for p, out in zip(requests, outputs, strict=True):
             if not p.future.done():
                 p.future.set_result(out)
-                self.stats.record_success(done - p.enqueue_ns, flight.start_ns - p.enqueue_ns, done)
+                self.stats.record_success(done - p.enqueue_ns, flight.start_ns - p.enqueue_ns, done, p.request.protocol)
 
     def _answer_timeout(self, pending: PendingRequest) -> None:
         self.stats.pending = self.queued

@@ -27,6 +27,18 @@ class Forbidden(InferaError):
     status = 403
 
 
+class NotFound(InferaError):
+    """A named thing (a shared-memory region, a setting) that does not exist (HTTP 404)."""
+
+    status = 404
+
+
+class Unsupported(InferaError):
+    """A protocol feature this server does not provide (HTTP 501, gRPC UNIMPLEMENTED)."""
+
+    status = 501
+
+
 class Unavailable(InferaError):
     """The model is not ready or its queue is full (HTTP 503)."""
 

@@ -17,6 +17,7 @@ from engine.config_format import config_to_dict, parse_config_json
 from engine.devices import gpu_count
 from engine.errors import Forbidden, InferaError, LoadError, ModelNotFound
 from engine.lifecycle import ModelManager, ModelState, ModelStatus, ServedVersion, VersionStatus
+from engine.log_settings import LogSettings
 from engine.names import check_model_name, normalise_files
 from engine.repository import ModelRepository, complete_config, select_versions
 from engine.settings import EngineSettings
@@ -55,6 +56,7 @@ class InferenceServer:
         self.manager = ModelManager(gpus=_gpus(gpu_count))
         self.name = "infera"
         self.version = __version__
+        self.log_settings = LogSettings()  # Triton's logging extension, shared by the HTTP and gRPC front ends
         self._started = False
         self._sent_files: dict[str, Path] = {}  # models loaded from files sent with a load: their temporary roots
 

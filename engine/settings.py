@@ -66,6 +66,16 @@ def read_int(
     return value
 
 
+def read_choice(name: str, default: str, choices: tuple[str, ...], environ: Mapping[str, str]) -> str:
+    raw = read_text(name, environ)
+    if raw is None or not raw.strip():
+        return default
+    value = raw.strip().lower()
+    if value not in choices:
+        raise SettingError(f"{name} must be one of {', '.join(choices)}, got {raw!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class ConfigLimits:
     """Upper bounds on what a model config may ask of this machine; a config past one is refused at load.
@@ -93,6 +103,23 @@ class SandboxSettings:
 
 
 @dataclass(frozen=True)
+class GrpcSettings:
+    """The gRPC front end: its port (0 turns it off), message size, keepalive (Triton's defaults) and compression."""
+
+    port: int = 8001
+    max_message_bytes: int = 2**31 - 1  # as Triton: large enough for 1 GiB requests
+    keepalive_time_ms: int = 7_200_000
+    keepalive_timeout_ms: int = 20_000
+    keepalive_permit_without_calls: bool = False
+    http2_max_pings_without_data: int = 2
+    min_recv_ping_interval_ms: int = 300_000
+    max_ping_strikes: int = 2
+    response_compression: str = "none"  # none, gzip or deflate
+    stream_concurrency: int = 1024  # requests of one ModelStreamInfer stream running at once
+    shutdown_grace_seconds: float = 10.0
+
+
+@dataclass(frozen=True)
 class EngineSettings:
     """Everything the engine reads from the environment, read once."""
 
@@ -102,6 +129,7 @@ class EngineSettings:
     max_body_bytes: int = 64 * 1024 * 1024  # Triton's default for --http-max-input-size
     limits: ConfigLimits = field(default_factory=ConfigLimits)
     sandbox: SandboxSettings = field(default_factory=SandboxSettings)
+    grpc: GrpcSettings = field(default_factory=GrpcSettings)
 
 
 def read_engine_settings(environ: Mapping[str, str] | None = None) -> EngineSettings:
@@ -119,6 +147,26 @@ def read_engine_settings(environ: Mapping[str, str] | None = None) -> EngineSett
         cpu_seconds=read_int("INFERA_SANDBOX_CPU_SECONDS", SandboxSettings.cpu_seconds, env, minimum=1),
         timeout_seconds=read_int("INFERA_SANDBOX_TIMEOUT_SECONDS", SandboxSettings.timeout_seconds, env, minimum=1),
     )
+    grpc = GrpcSettings(
+        port=read_int("INFERA_GRPC_PORT", GrpcSettings.port, env, maximum=65535),
+        max_message_bytes=read_int(
+            "INFERA_GRPC_MAX_MESSAGE_MB", GrpcSettings.max_message_bytes >> 20, env, minimum=1, maximum=2047
+        )
+        << 20,
+        keepalive_time_ms=read_int("INFERA_GRPC_KEEPALIVE_TIME_MS", GrpcSettings.keepalive_time_ms, env, minimum=1),
+        keepalive_timeout_ms=read_int(
+            "INFERA_GRPC_KEEPALIVE_TIMEOUT_MS", GrpcSettings.keepalive_timeout_ms, env, minimum=1
+        ),
+        keepalive_permit_without_calls=read_bool("INFERA_GRPC_KEEPALIVE_PERMIT_WITHOUT_CALLS", False, env),
+        http2_max_pings_without_data=read_int(
+            "INFERA_GRPC_HTTP2_MAX_PINGS_WITHOUT_DATA", GrpcSettings.http2_max_pings_without_data, env
+        ),
+        min_recv_ping_interval_ms=read_int(
+            "INFERA_GRPC_HTTP2_MIN_RECV_PING_INTERVAL_MS", GrpcSettings.min_recv_ping_interval_ms, env
+        ),
+        max_ping_strikes=read_int("INFERA_GRPC_HTTP2_MAX_PING_STRIKES", GrpcSettings.max_ping_strikes, env),
+        response_compression=read_choice("INFERA_GRPC_RESPONSE_COMPRESSION", "none", ("none", "gzip", "deflate"), env),
+    )
     return EngineSettings(
         allow_code=read_bool("INFERA_ALLOW_PYTHON_MODELS", True, env),
         open_repository_control=read_bool("INFERA_OPEN_REPOSITORY_CONTROL", False, env),
@@ -126,4 +174,5 @@ def read_engine_settings(environ: Mapping[str, str] | None = None) -> EngineSett
         max_body_bytes=read_int("INFERA_MAX_BODY_BYTES", EngineSettings.max_body_bytes, env, minimum=1024),
         limits=limits,
         sandbox=sandbox,
+        grpc=grpc,
     )

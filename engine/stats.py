@@ -60,6 +60,8 @@ class ModelStats:
         self.last_inference_ms = 0
         self.pending = 0
         self.batches: dict[int, BatchStats] = {}
+        # successful and failed requests by the front end they came through ("http", "grpc")
+        self.protocols: dict[str, list[int]] = {}
         # (finish time ns, request duration ns, queue ns) of recent successful requests
         self.recent: deque[tuple[int, int, int]] = deque(maxlen=LATENCY_WINDOW)
 
@@ -78,16 +80,24 @@ class ModelStats:
         self.compute_infer.add(times.infer_ns * request_count, request_count)
         self.compute_output.add(times.output_ns * request_count, request_count)
 
-    def record_success(self, request_ns: int, queue_ns: int, now_ns: int | None = None) -> None:
+    def record_success(self, request_ns: int, queue_ns: int, now_ns: int | None = None, protocol: str = "http") -> None:
         now_ns = now_ns if now_ns is not None else time.monotonic_ns()
+        self._count(protocol, 0)
         self.success.add(request_ns)
         self.queue.add(queue_ns)
         self.last_inference_ms = time.time_ns() // 1_000_000
         self.recent.append((now_ns, request_ns, queue_ns))
 
-    def record_failure(self, request_ns: int) -> None:
+    def record_failure(self, request_ns: int, protocol: str = "http") -> None:
+        self._count(protocol, 1)
         self.fail.add(request_ns)
         self.last_inference_ms = time.time_ns() // 1_000_000
+
+    def _count(self, protocol: str, which: int) -> None:
+        counts = self.protocols.get(protocol)
+        if counts is None:
+            counts = self.protocols[protocol] = [0, 0]
+        counts[which] += 1
 
     def to_dict(self) -> dict:
         """The `model_stats` entry Triton's statistics extension returns."""

@@ -37,6 +37,7 @@ class InferenceRequest:
     sequence_end: bool = False
     batch_size: int = 1
     arrival_ns: int = 0
+    protocol: str = "http"  # the front end it came through, for the statistics by protocol
 
 
 @dataclass(slots=True)

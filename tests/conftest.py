@@ -34,8 +34,14 @@ class ServerProcess:
     var_dir: Path
     log_path: Path
     process: subprocess.Popen[bytes]
+    grpc_port: int = 0
     admin_username: str = "admin"
     admin_password: str = ADMIN_PASSWORD
+
+    @property
+    def grpc_address(self) -> str:
+        """`host:port` of its gRPC front end."""
+        return f"127.0.0.1:{self.grpc_port}"
 
     def log(self) -> str:
         return self.log_path.read_text(encoding="utf-8", errors="replace")
@@ -92,6 +98,8 @@ def serve_process(var_dir: Path, *args: str, env: dict[str, str] | None = None) 
     """Run `manage.py serve` with its own var/ until the block ends; fail with its log if it never answers."""
     var_dir.mkdir(parents=True, exist_ok=True)
     port = free_port()
+    grpc_port = free_port() if "--grpc-port" not in args else 0
+    grpc_args = ["--grpc-port", str(grpc_port)] if grpc_port else []
     child_env = {
         key: value
         for key, value in os.environ.items()
@@ -107,13 +115,13 @@ def serve_process(var_dir: Path, *args: str, env: dict[str, str] | None = None) 
     log_path = var_dir / f"serve-{port}.log"
     with open(log_path, "wb") as log_file:
         process = subprocess.Popen(
-            [sys.executable, "manage.py", "serve", "--port", str(port), *args],
+            [sys.executable, "manage.py", "serve", "--port", str(port), *grpc_args, *args],
             cwd=REPO_ROOT,
             env=child_env,
             stdout=log_file,
             stderr=subprocess.STDOUT,
         )
-    server = ServerProcess(f"http://127.0.0.1:{port}", var_dir, log_path, process)
+    server = ServerProcess(f"http://127.0.0.1:{port}", var_dir, log_path, process, grpc_port)
     try:
         if server.wait_for("/accounts/login/", timeout=SERVER_START_TIMEOUT_S) != 200:
             pytest.fail(f"the server did not answer /accounts/login/ in time:\n{server.log()[-4000:]}")

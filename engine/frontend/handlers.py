@@ -11,9 +11,10 @@ from typing import Any, Protocol
 
 import orjson
 
-from engine.admission import ANONYMOUS, Principal
+from engine.admission import ANONYMOUS, Principal, may_not_change
 from engine.config import ModelConfig
 from engine.errors import InferaError, InvalidArgument
+from engine.frontend import extensions
 from engine.frontend.routes import Route, parse_version
 from engine.names import check_model_name, normalise_files
 from engine.protocol import (
@@ -48,6 +49,7 @@ class Incoming:
     repository_control: RepositoryControl | None = None
     scope: Any = None
     principal: Principal = ANONYMOUS
+    method: str = "GET"
 
 
 class RepositoryControl(Protocol):
@@ -227,6 +229,51 @@ async def repository_unload(server: InferenceServer, incoming: Incoming) -> Repl
     return EMPTY_OK
 
 
+# ---- shared memory, trace, logging (extensions.py; the gRPC front end answers the same way)
+
+
+def _shared_memory_status(kind: str) -> Any:
+    def handler(server: InferenceServer, incoming: Incoming) -> Reply:
+        return _json(extensions.shared_memory_status(kind, incoming.route.model))
+
+    return handler
+
+
+def _shared_memory_register(kind: str) -> Any:
+    def handler(server: InferenceServer, incoming: Incoming) -> Reply:
+        _optional_json(incoming)
+        extensions.register_shared_memory(kind, incoming.route.model or "", server.manager.gpus)
+        return EMPTY_OK
+
+    return handler
+
+
+def _shared_memory_unregister(kind: str) -> Any:
+    def handler(server: InferenceServer, incoming: Incoming) -> Reply:
+        extensions.unregister_shared_memory(kind, incoming.route.model)
+        return EMPTY_OK
+
+    return handler
+
+
+def trace_setting(server: InferenceServer, incoming: Incoming) -> Reply:
+    model = incoming.route.model
+    if incoming.method == "POST":
+        settings = extensions.update_trace_settings(_optional_json(incoming), model)
+    else:
+        settings = extensions.trace_settings(model)
+    # Triton's JSON: trace_level is a list, the other settings single strings
+    return _json({key: value if key == "trace_level" else value[0] for key, value in settings.items()})
+
+
+def logging_settings(server: InferenceServer, incoming: Incoming) -> Reply:
+    if incoming.method == "POST":
+        if not incoming.principal.may_change_models:
+            raise may_not_change(incoming.principal, "logging")
+        return _json(server.log_settings.update(_optional_json(incoming)))
+    return _json(server.log_settings.to_dict())
+
+
 SYNC_HANDLERS = {
     "server_metadata": server_metadata,
     "health_live": health_live,
@@ -237,6 +284,11 @@ SYNC_HANDLERS = {
     "model_stats": stats,
     "stats": stats,
     "repository_index": repository_index,
+    "trace_setting": trace_setting,
+    "logging": logging_settings,
+    **{f"{kind}_shm_status": _shared_memory_status(kind) for kind in ("system", "cuda")},
+    **{f"{kind}_shm_register": _shared_memory_register(kind) for kind in ("system", "cuda")},
+    **{f"{kind}_shm_unregister": _shared_memory_unregister(kind) for kind in ("system", "cuda")},
 }
 ASYNC_HANDLERS = {
     "infer": infer,

@@ -6,8 +6,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from engine.admission import ANONYMOUS, Principal
-from engine.errors import Forbidden, InferaError, PayloadTooLarge, Unavailable
+from engine.admission import ANONYMOUS, Principal, may_not_change
+from engine.errors import InferaError, PayloadTooLarge, Unavailable
 from engine.frontend.cross_site import check_repository_content_type, check_same_origin
 from engine.frontend.handlers import ASYNC_HANDLERS, SYNC_HANDLERS, Incoming, Reply, RepositoryControl
 from engine.frontend.lifespan import ServiceLifespan
@@ -76,13 +76,14 @@ class V2App:
         if route is None:
             await _send(send, Reply(404, error_body("Not Found")))
             return
-        if scope["method"] != route.method:
-            reply = Reply(405, error_body(f"method {scope['method']} is not allowed; use {route.method}"))
-            reply.headers.append((b"allow", route.method.encode()))
+        if not route.allows(scope["method"]):
+            allowed = route.method.replace(",", " or ")
+            reply = Reply(405, error_body(f"method {scope['method']} is not allowed; use {allowed}"))
+            reply.headers.append((b"allow", route.method.replace(",", ", ").encode()))
             await _send(send, reply)
             return
         try:
-            if route.method == "POST":
+            if scope["method"] == "POST":
                 check_same_origin(scope, self.trusted_origins)
             principal = self.anonymous
             if self.authenticate is not None and route.endpoint not in HEALTH_ENDPOINTS:
@@ -90,7 +91,7 @@ class V2App:
             if route.endpoint in REPOSITORY_CHANGES:
                 check_repository_content_type(scope)
                 if not principal.may_change_models:
-                    raise _may_not_change(principal, route.model or "")
+                    raise may_not_change(principal, route.model or "")
             incoming = Incoming(
                 route=route,
                 body=b"",
@@ -98,9 +99,10 @@ class V2App:
                 repository_control=self.repository_control,
                 scope=scope,
                 principal=principal,
+                method=scope["method"],
             )
             _read_headers(scope, incoming, self.max_body_bytes)
-            if route.method == "POST":
+            if scope["method"] == "POST":
                 incoming.body = await _read_body(receive, self.max_body_bytes)
             handler = SYNC_HANDLERS.get(route.endpoint)
             if handler is not None:
@@ -117,16 +119,6 @@ class V2App:
             log.exception("unexpected error on %s %s", scope["method"], scope["path"])
             reply = Reply(500, error_body(f"internal error: {type(exc).__name__}: {exc}"))
         await _send(send, reply)
-
-
-def _may_not_change(principal: Principal, model: str) -> Forbidden:
-    if principal.authenticated:
-        who = f"role '{principal.role or 'none'}'"
-        return Forbidden(f"{who} may not load or unload models ('{model}'): it needs operator or admin")
-    return Forbidden(
-        f"loading and unloading models ('{model}') needs an API token of an operator or admin: send "
-        "'Authorization: Bearer <key>' (or open repository control with INFERA_OPEN_REPOSITORY_CONTROL=true)"
-    )
 
 
 def _read_headers(scope: Scope, incoming: Incoming, max_body_bytes: int) -> None:

@@ -8,6 +8,7 @@ from engine.errors import InvalidArgument
 
 GET = "GET"
 POST = "POST"
+GET_OR_POST = "GET,POST"
 HEALTH_ENDPOINTS = frozenset({"health_live", "health_ready"})
 # endpoints that change what the server serves
 REPOSITORY_CHANGES = frozenset({"repository_load", "repository_unload"})
@@ -17,12 +18,15 @@ _MODEL_ACTIONS = {"ready": GET, "config": GET, "stats": GET, "infer": POST}
 
 @dataclass(frozen=True, slots=True)
 class Route:
-    """What a path asks for: an endpoint name, the method it takes, and the model and version it names."""
+    """What a path asks for: an endpoint name, the method(s) it takes, and the model (or region) and version."""
 
     endpoint: str
     method: str
     model: str | None = None
     version: str | None = None
+
+    def allows(self, method: str) -> bool:
+        return method in self.method.split(",")
 
 
 def resolve(path: str) -> Route | None:
@@ -42,11 +46,32 @@ def resolve(path: str) -> Route | None:
         return _model_route(parts[2:])
     if area == "health" and count == 3 and parts[2] in ("live", "ready"):
         return Route("health_" + parts[2], GET)
+    if area in ("systemsharedmemory", "cudasharedmemory"):
+        return _shared_memory_route(area.removesuffix("sharedmemory"), parts[2:])
+    if area == "trace" and parts[2:] == ["setting"]:
+        return Route("trace_setting", GET_OR_POST)
+    if area == "logging" and count == 2:
+        return Route("logging", GET_OR_POST)
     if area == "repository":
         if count == 3 and parts[2] == "index":
             return Route("repository_index", POST)
         if count == 5 and parts[2] == "models" and parts[4] in ("load", "unload"):
             return Route("repository_" + parts[4], POST, model=parts[3])
+    return None
+
+
+def _shared_memory_route(kind: str, parts: list[str]) -> Route | None:
+    """/v2/{system,cuda}sharedmemory[/region/{r}]/status|register|unregister; `model` carries the region."""
+    region = None
+    if len(parts) == 3 and parts[0] == "region":
+        region, parts = parts[1], parts[2:]
+    if len(parts) != 1:
+        return None
+    action = parts[0]
+    if action == "status":
+        return Route(f"{kind}_shm_status", GET, region)
+    if action == "unregister" or (action == "register" and region is not None):
+        return Route(f"{kind}_shm_{action}", POST, region)
     return None
 
 
@@ -62,6 +87,8 @@ def _model_route(parts: list[str]) -> Route | None:
         version, rest = rest[1], rest[2:]
     if not rest:
         return Route("model_metadata", GET, model, version)
+    if rest == ["trace", "setting"]:
+        return Route("trace_setting", GET_OR_POST, model, version)
     if len(rest) == 1 and rest[0] in _MODEL_ACTIONS:
         action = rest[0]
         return Route("infer" if action == "infer" else "model_" + action, _MODEL_ACTIONS[action], model, version)

@@ -1,7 +1,8 @@
 """The v2 front end with its own engine, for running the engine alone: `uvicorn engine.frontend.standalone:app`.
 
 `INFERA_MODEL_REPOSITORY` names the model repository; the rest of the engine's settings come from the environment
-too (engine.settings: INFERA_MAX_BODY_BYTES, INFERA_ALLOW_PYTHON_MODELS, INFERA_OPEN_REPOSITORY_CONTROL, ...).
+too (engine.settings: INFERA_MAX_BODY_BYTES, INFERA_ALLOW_PYTHON_MODELS, INFERA_OPEN_REPOSITORY_CONTROL,
+INFERA_GRPC_PORT for its gRPC front end on 127.0.0.1, ...).
 The engine starts on the lifespan start-up event, or on the first request under servers without lifespan
 (daphne), and stops on lifespan shutdown.
 """
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import InvalidArgument
+from engine.frontend.grpc_server import GrpcFrontEnd
 from engine.frontend.http import Receive, Scope, Send, V2App
 from engine.frontend.lifespan import ServiceLifespan
 from engine.server import InferenceServer
@@ -22,10 +24,25 @@ from engine.settings import EngineSettings, SettingError, read_engine_settings
 class StandaloneApp:
     """An InferenceServer and the V2App that serves it, started and stopped by this ASGI app."""
 
-    def __init__(self, server: InferenceServer, *, max_body_bytes: int | None = None) -> None:
+    def __init__(
+        self, server: InferenceServer, *, max_body_bytes: int | None = None, grpc_host: str | None = None
+    ) -> None:
         self.server = server
         self.v2 = V2App(server, max_body_bytes=max_body_bytes)
-        self.lifespan = ServiceLifespan(server.start, server.stop, wait_for_start=True)
+        grpc = server.settings.grpc
+        # gRPC only where asked for (the app the environment describes), never by default in a test or a script
+        self.grpc = GrpcFrontEnd(server, grpc, host=grpc_host) if grpc_host and grpc.port else None
+        self.lifespan = ServiceLifespan(self._start, self._stop, wait_for_start=True)
+
+    async def _start(self) -> None:
+        if self.grpc is not None:
+            await self.grpc.start()
+        await self.server.start()
+
+    async def _stop(self) -> None:
+        if self.grpc is not None:
+            await self.grpc.stop()
+        await self.server.stop()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -60,7 +77,7 @@ def app_from_environment() -> StandaloneApp:
         settings = read_engine_settings()
     except SettingError as exc:
         raise InvalidArgument(str(exc)) from None
-    return create_standalone_app(repository, settings=settings)
+    return StandaloneApp(InferenceServer(repository, settings=settings), grpc_host="127.0.0.1")
 
 
 _app: StandaloneApp | None = None

@@ -46,6 +46,7 @@ class _Counters:
     compute_count: int
     compute_ns: int
     batches: dict[int, int]  # batch size -> executions
+    protocols: dict[str, int]  # front end -> requests answered (successes and failures)
 
     @classmethod
     def read(cls, stats: ModelStats) -> _Counters:
@@ -59,10 +60,11 @@ class _Counters:
             compute_count=stats.compute_infer.count,
             compute_ns=stats.compute_input.ns + stats.compute_infer.ns + stats.compute_output.ns,
             batches={size: b.compute_infer.count for size, b in stats.batches.items()},
+            protocols={name: sum(counts) for name, counts in stats.protocols.items()},
         )
 
 
-_ZERO = _Counters(0, 0, 0, 0, 0, 0, 0, 0, {})
+_ZERO = _Counters(0, 0, 0, 0, 0, 0, 0, 0, {}, {})
 
 
 class MetricsSampler:
@@ -236,6 +238,10 @@ def _model_entry(stats: ModelStats, before: _Counters, now: _Counters, elapsed: 
             if count - before.batches.get(size, 0) > 0
         },
         "pending": stats.pending,
+        # requests per second by the front end they came through (HTTP, gRPC)
+        "protocols": {
+            name: rate(count, before.protocols.get(name, 0)) for name, count in sorted(now.protocols.items())
+        },
     }
 
 

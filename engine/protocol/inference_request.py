@@ -1,4 +1,9 @@
-"""Decode a v2 infer request body (JSON header plus optional binary section) into an InferenceRequest."""
+"""Decode a v2 infer request into an InferenceRequest: the one decoder behind every front end.
+
+HTTP sends a JSON header with an optional binary section; gRPC sends a protobuf, which its codec
+(grpc_codec.py) turns into the same document, with each input's bytes under RAW or its typed element lists under
+TYPED (keys no JSON document can hold). From there one path checks and builds every request.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ import orjson
 
 from engine.config import ModelConfig
 from engine.errors import InvalidArgument
-from engine.protocol.tensors import array_from_binary, array_from_json
+from engine.protocol.tensors import array_from_binary, array_from_json, array_from_typed
 from engine.protocol.validation import (
     check_input,
     check_required_inputs,
@@ -19,6 +24,20 @@ from engine.protocol.validation import (
 from engine.types import InferenceRequest, RequestedOutput
 
 Body = bytes | bytearray | memoryview
+
+
+class _Source:
+    """A key of an input entry that only a codec in this package can set (JSON keys are always strings)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<input source {self.name}>"
+
+
+RAW = _Source("raw")  # the input's little-endian bytes (gRPC raw_input_contents)
+TYPED = _Source("typed")  # (contents field name, its elements) (gRPC InferTensorContents)
 
 
 def decode_infer_request(
@@ -37,6 +56,18 @@ def decode_infer_request(
     view = memoryview(body)
     header, binary = split_body(view, header_length)
     document = parse_json_object(header)
+    return request_from_document(document, binary, config, model_name=model_name, model_version=model_version)
+
+
+def request_from_document(
+    document: dict[str, Any],
+    binary: memoryview,
+    config: ModelConfig,
+    *,
+    model_name: str | None = None,
+    model_version: int | None = None,
+) -> InferenceRequest:
+    """Check and build the request a parsed document describes, for the model `config` describes."""
     parameters = _parameters(document.get("parameters"), "request")
     request = InferenceRequest(
         model_name=model_name or config.name,
@@ -146,7 +177,11 @@ def _decode_inputs(entries: Any, binary: memoryview, config: ModelConfig) -> tup
         if "shared_memory_region" in parameters:
             raise InvalidArgument(f"input '{name}' uses shared memory, which Infera does not support")
         size = parameters.get("binary_data_size")
-        if size is not None:
+        if RAW in entry:
+            array = array_from_binary(name, datatype, shape, entry[RAW])
+        elif TYPED in entry:
+            array = array_from_typed(name, datatype, shape, *entry[TYPED])
+        elif size is not None:
             if "data" in entry:
                 raise InvalidArgument(f"input '{name}' has both 'data' and 'binary_data_size'")
             if not (_is_int(size) and size >= 0):

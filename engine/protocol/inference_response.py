@@ -26,7 +26,7 @@ def encode_infer_response(
     model batches (max_batch_size > 0), which shapes classification results.
     """
     binary_default = bool(request.parameters.get("binary_data_output", False)) if request else False
-    selection = _selected_outputs(response, request, binary_default, batched)
+    selection = selected_outputs(response, request, binary_default, batched)
     outputs: list[dict[str, Any]] = []
     chunks: list[bytes] = []
     for name, array, binary in selection:
@@ -50,7 +50,7 @@ def encode_infer_response(
     return b"".join([header, *chunks]), len(header)
 
 
-def _selected_outputs(
+def selected_outputs(
     response: InferenceResponse, request: InferenceRequest | None, binary_default: bool, batched: bool
 ) -> list[tuple[str, np.ndarray, bool]]:
     """(name, array, wants binary) for each output the response carries back."""

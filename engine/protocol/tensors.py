@@ -60,6 +60,23 @@ def array_from_json(name: str, datatype: str, shape: list[int], data: Any) -> np
     return values.astype(dtype, copy=False).reshape(shape)
 
 
+def array_from_typed(name: str, datatype: str, shape: list[int], field: str, values: Any) -> np.ndarray:
+    """Build input `name` from typed element lists (gRPC's InferTensorContents, `field` the list used)."""
+    count = element_count(shape)
+    if datatype == "BYTES":
+        items = [bytes(value) for value in values]
+        _check_count(name, shape, len(items), count, field)
+        array = np.empty(len(items), dtype=object)
+        array[:] = items
+        return array.reshape(shape)
+    values = np.asarray(values)
+    _check_count(name, shape, values.size, count, field)
+    dtype = numpy_dtype(datatype)
+    if values.size:
+        _check_kind(name, datatype, dtype, values, field)
+    return values.astype(dtype, copy=False).reshape(shape)
+
+
 def _flatten_strings(name: str, data: list[Any], limit: int) -> list[bytes]:
     """Flatten nested lists of strings to UTF-8 bytes, stopping past `limit` elements or MAX_JSON_DEPTH levels."""
     out: list[bytes] = []
@@ -82,27 +99,29 @@ def _flatten_strings(name: str, data: list[Any], limit: int) -> list[bytes]:
     return out
 
 
-def _check_count(name: str, shape: list[int], got: int, needed: int) -> None:
+def _check_count(name: str, shape: list[int], got: int, needed: int, field: str = "data") -> None:
     if got != needed:
-        raise InvalidArgument(f"input '{name}' has {got} values in 'data' but shape {shape_text(shape)} needs {needed}")
+        raise InvalidArgument(
+            f"input '{name}' has {got} values in '{field}' but shape {shape_text(shape)} needs {needed}"
+        )
 
 
-def _check_kind(name: str, datatype: str, dtype: np.dtype, values: np.ndarray) -> None:
-    """Refuse JSON values of the wrong kind (strings for numbers, floats for integers, out of range)."""
+def _check_kind(name: str, datatype: str, dtype: np.dtype, values: np.ndarray, field: str = "data") -> None:
+    """Refuse values of the wrong kind (strings for numbers, floats for integers, out of range)."""
     kind = values.dtype.kind
     if datatype == "BOOL":
         if kind != "b":
-            raise InvalidArgument(f"input '{name}' of datatype BOOL expects true or false in 'data'")
+            raise InvalidArgument(f"input '{name}' of datatype BOOL expects true or false in '{field}'")
         return
     if dtype.kind in _INTEGER_KINDS:
         if kind not in _INTEGER_KINDS:
-            raise InvalidArgument(f"input '{name}' of datatype {datatype} expects integers in 'data'")
+            raise InvalidArgument(f"input '{name}' of datatype {datatype} expects integers in '{field}'")
         low, high = _INTEGER_RANGES[dtype]
         if values.min() < low or values.max() > high:
             raise InvalidArgument(f"input '{name}' has values out of range for datatype {datatype}")
         return
     if kind not in _NUMBER_KINDS:
-        raise InvalidArgument(f"input '{name}' of datatype {datatype} expects numbers in 'data'")
+        raise InvalidArgument(f"input '{name}' of datatype {datatype} expects numbers in '{field}'")
 
 
 def array_from_binary(name: str, datatype: str, shape: list[int], raw: memoryview) -> np.ndarray:

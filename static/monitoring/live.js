@@ -90,8 +90,8 @@
     for (const entry of snapshot.models || []) {
       const merged = models.get(entry.name) || {
         name: entry.name, success_per_s: 0, failure_per_s: 0, inferences_per_s: 0, executions_per_s: 0,
-        pending: 0, latency_ms: null, queue_ms: null, compute_ms: null, batch_sizes: {}, _weight: 0,
-        _queue: 0, _compute: 0,
+        pending: 0, latency_ms: null, queue_ms: null, compute_ms: null, batch_sizes: {}, protocols: {},
+        _weight: 0, _queue: 0, _compute: 0,
       };
       for (const field of RATE_FIELDS) merged[field] += entry[field] || 0;
       merged.pending += entry.pending || 0;
@@ -109,6 +109,9 @@
       }
       for (const [size, count] of Object.entries(entry.batch_sizes || {})) {
         merged.batch_sizes[size] = (merged.batch_sizes[size] || 0) + count;
+      }
+      for (const [protocol, rate] of Object.entries(entry.protocols || {})) {
+        merged.protocols[protocol] = (merged.protocols[protocol] || 0) + rate;
       }
       models.set(entry.name, merged);
     }

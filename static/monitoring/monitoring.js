@@ -109,6 +109,15 @@
       points.push({ key: "failures", y: failures, trace: line("failures", "#b3261e", { line: { dash: "dot" } }) });
       return points;
     }),
+    protocols: new LiveChart("chart-protocols", layout("requests/s", { barmode: "stack", bargap: 0.1 }), (snapshot) => {
+      const totals = {};
+      for (const m of byModel(snapshot).values()) {
+        for (const [protocol, rate] of Object.entries(m.protocols || {})) totals[protocol] = (totals[protocol] || 0) + rate;
+      }
+      return Object.keys(totals)
+        .sort()
+        .map((protocol) => ({ key: protocol, y: totals[protocol], trace: { type: "bar", name: protocol.toUpperCase() } }));
+    }),
     latency: new LiveChart("chart-latency", layout("ms"), (snapshot) =>
       [...byModel(snapshot).values()].flatMap((m) =>
         Object.keys(DASH).map((p) => ({

@@ -19,6 +19,7 @@ ALLOWED = {
     "engine.frontend",
     "engine.frontend.http",
     "engine.frontend.lifespan",
+    "engine.frontend.grpc_server",
     "engine.monitoring.sampler",
     "engine.monitoring.prometheus",
 }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from typing import Any
 
@@ -9,6 +10,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from console.config import InferaSettings
 from console.env import env_int, env_str
 from console.first_admin import ensure_admin
 
@@ -28,6 +30,12 @@ class Command(BaseCommand):
             default="uvicorn",
             help="ASGI server: uvicorn (default, fastest here) or daphne (Channels' own)",
         )
+        parser.add_argument(
+            "--grpc-port",
+            type=int,
+            default=None,
+            help="port of the gRPC front end on the same host (default: $INFERA_GRPC_PORT or 8001; 0 turns it off)",
+        )
         parser.add_argument("--no-seed", action="store_true", help="do not write the demo models")
         parser.add_argument("--no-access-log", action="store_true", help="do not log each request")
 
@@ -36,6 +44,11 @@ class Command(BaseCommand):
         port = options["port"] or env_int("PORT", 8000, minimum=1, maximum=65535)
         if not 0 < port < 65536:
             raise CommandError(f"--port must be between 1 and 65535, got {port}")
+        infera = settings.INFERA
+        if options["grpc_port"] is not None:
+            if not 0 <= options["grpc_port"] < 65536:
+                raise CommandError(f"--grpc-port must be between 0 and 65535, got {options['grpc_port']}")
+            infera = infera.replace(grpc=dataclasses.replace(infera.engine.grpc, port=options["grpc_port"]))
 
         call_command("migrate", interactive=False, verbosity=0)
         self.stdout.write("Database is up to date.")
@@ -43,18 +56,21 @@ class Command(BaseCommand):
         if not options["no_seed"]:
             call_command("seed_demo")
         shown_host = f"[{host}]" if ":" in host else host
+        grpc_port = infera.engine.grpc.port
         self.stdout.write(
             f"Infera serves on http://{shown_host}:{port}/ (console), /v2 (inference), /metrics "
-            f"with {options['server']}; models from {settings.INFERA.model_store}"
+            f"with {options['server']}"
+            + (f"; gRPC on {shown_host}:{grpc_port}" if grpc_port else "; gRPC off")
+            + f"; models from {infera.model_store}"
         )
         self.stdout.flush()
         access_log = not options["no_access_log"]
         if options["server"] == "daphne":
             from console.daphne_runner import run_daphne
 
-            run_daphne(host, port, access_log=access_log)
+            run_daphne(infera, host, port, access_log=access_log)
         else:
-            self._run_uvicorn(host, port, access_log=access_log)
+            self._run_uvicorn(infera, host, port, access_log=access_log)
 
     def _ensure_admin(self) -> None:
         try:
@@ -74,21 +90,21 @@ class Command(BaseCommand):
         else:
             self.stdout.write(f"Created the user '{created.username}' with the password INFERA_ADMIN_PASSWORD.")
 
-    def _run_uvicorn(self, host: str, port: int, *, access_log: bool) -> None:
+    def _run_uvicorn(self, infera: InferaSettings, host: str, port: int, *, access_log: bool) -> None:
         import uvicorn
 
         from console.access_log import mask_uvicorn_access_log
         from console.composition import build_application
 
         config = uvicorn.Config(
-            build_application(settings.INFERA, listen_host=host),  # the runtime knows where it listens
+            build_application(infera, listen_host=host),  # the runtime knows where it listens
             host=host,
             port=port,
             loop="uvloop",
             http="httptools",
             lifespan="on",
             access_log=access_log,
-            log_level=settings.INFERA.log_level.lower(),
+            log_level=infera.log_level.lower(),
             timeout_graceful_shutdown=15,
         )
         mask_uvicorn_access_log()  # uvicorn has configured its loggers by now

@@ -115,3 +115,39 @@ def test_it_shows_cpu_and_memory_when_nvml_is_absent(monitoring_server: ServerPr
     assert "GPU monitoring is off" in monitoring_server.log()
     assert "Traceback" not in monitoring_server.log()
     assert errors == []
+
+
+def test_it_splits_the_requests_between_http_and_grpc(monitoring_server: ServerProcess, page):
+    import threading
+
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+
+    errors = open_monitoring(page, monitoring_server)
+    stop = threading.Event()
+
+    def grpc_load() -> None:
+        client = grpcclient.InferenceServerClient(monitoring_server.grpc_address)
+        inputs = []
+        for name in ("INPUT0", "INPUT1"):
+            infer_input = grpcclient.InferInput(name, [1, 16], "INT32")
+            infer_input.set_data_from_numpy(np.arange(16, dtype=np.int32).reshape(1, 16))
+            inputs.append(infer_input)
+        try:
+            while not stop.is_set():
+                client.infer("simple", inputs)
+        finally:
+            client.close()
+
+    worker = threading.Thread(target=grpc_load, daemon=True)
+    worker.start()
+    try:
+        with steady_load(monitoring_server):
+            page.wait_for_function(
+                f"({TRACE})(['chart-protocols', 'GRPC']).peak > 0 && ({TRACE})(['chart-protocols', 'HTTP']).peak > 0",
+                timeout=WAIT_MS,
+            )
+    finally:
+        stop.set()
+        worker.join(timeout=30)
+    assert errors == []

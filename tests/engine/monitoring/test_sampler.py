@@ -165,3 +165,15 @@ async def test_it_samples_and_publishes_on_its_own_task_until_stopped():
     assert task.done()
     assert received[-1]["models"][0]["name"] == "m"
     assert "cpu" in received[-1]["devices"]
+
+
+def test_it_splits_requests_by_the_front_end_they_came_through(clock):
+    served = Served("m", 1)
+    sampler, _ = make_sampler(clock, served)
+    sampler.sample(devices=FIXED_DEVICES)
+    run_batch(served.stats, [1.0] * 6)  # HTTP
+    for _ in range(3):
+        served.stats.record_success(1_000_000, 0, protocol="grpc")
+    served.stats.record_failure(1_000_000, protocol="grpc")
+    clock.advance(2.0)
+    assert model(sampler.sample(devices=FIXED_DEVICES))["protocols"] == {"grpc": 2.0, "http": 3.0}

@@ -5,8 +5,11 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import shlex
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -16,7 +19,7 @@ from bench import mlserver_peer
 from bench.dashboards import run_dashboards
 from bench.direct import measure_direct
 from bench.engine_inproc import measure_engine
-from bench.grpc_runs import H2LOAD, GrpcTarget, measure_grpc_target
+from bench.grpc_runs import H2LOAD, GrpcTarget, measure_grpc_target, wait_for_grpc
 from bench.hotswap import console_switcher, repository_switcher, run_hotswap
 from bench.http_runs import HttpPlan, Target, measure_target, write_echo_responses
 from bench.infera import LAUNCH_MODES, ConsoleHome, infera_spec, resolve_mode
@@ -141,6 +144,18 @@ def grpc_section(args, repository: Path, workdir: Path) -> list[dict]:
                 for m in args.models
                 for c in args.concurrency
             ]
+    echo_port = free_port()
+    echo = subprocess.Popen(
+        [sys.executable, "-m", "bench.grpc_echo", str(echo_port), args.models[0]], cwd=ROOT, start_new_session=True
+    )
+    try:
+        print("\necho-grpc (a bare grpc.aio server, the ceiling)", flush=True)
+        if wait_for_grpc(f"127.0.0.1:{echo_port}"):
+            target = GrpcTarget("echo-grpc", f"127.0.0.1:{echo_port}", False)
+            rows += measure_grpc_target(target, args.models[:1], args.concurrency, args.seconds, args.runs, folder)
+    finally:
+        os.killpg(echo.pid, signal.SIGTERM)
+        echo.wait(timeout=30)
     for label, peer_spec, counts in peers:
         print(f"\n{label}", flush=True)
         address = f"127.0.0.1:{grpc_port if label == 'infera-grpc' else mlserver_grpc}"

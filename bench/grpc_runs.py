@@ -50,6 +50,25 @@ def request_frame(model: BenchModel, batch: int = 1) -> bytes:
     return b"\x00" + len(data).to_bytes(4, "big") + data
 
 
+def wait_for_grpc(address: str, seconds: float = 60.0) -> bool:
+    """Until a ServerLive call answers (a process that has just started), at most `seconds`."""
+    import time
+
+    import tritonclient.grpc as grpcclient
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        client = grpcclient.InferenceServerClient(address)
+        try:
+            if client.is_server_live():
+                return True
+        except Exception:  # noqa: BLE001 - not listening yet
+            time.sleep(0.2)
+        finally:
+            client.close()
+    return False
+
+
 def probe(target: GrpcTarget, model: BenchModel) -> str | None:
     """One request through tritonclient.grpc; None when it answered with every output."""
     import tritonclient.grpc as grpcclient
@@ -90,7 +109,7 @@ def run_h2load(address: str, frame_path: Path, connections: int, seconds: float)
         command = [
             H2LOAD,
             "-D",
-            str(seconds),
+            str(max(1, round(seconds))),  # h2load takes whole seconds
             "-c",
             str(connections),
             "-m",
@@ -134,7 +153,7 @@ def measure_grpc_target(
     rows = []
     for name in models:
         model = MODELS[name]
-        problem = probe(target, model)
+        problem = None if target.label.startswith("echo") else probe(target, model)
         if problem:
             print(f"  {target.label:16} {name:10} not available: {problem[:300]}", flush=True)
             rows += [_row(target, name, c, unavailable=f"probe failed: {problem}") for c in concurrencies]

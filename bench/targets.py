@@ -186,6 +186,16 @@ def grpc_verdicts(results: dict) -> list[Verdict]:
             ("mlserver-grpc", grpc_row(results, "mlserver-grpc", model, 64)),
         ),
     ]
+    ceiling = _ratio_verdict(
+        f"gRPC vs a bare grpc.aio echo, {model} c=64",
+        "reported: the share of grpc.aio's own ceiling",
+        0.0,
+        ours,
+        ("echo-grpc", grpc_row(results, "echo-grpc", model, 64)),
+    )
+    if ceiling.status == "PASS":
+        ceiling.status = "INFO"
+    verdicts.append(ceiling)
     single = grpc_row(results, "infera-grpc", model, 1)
     if _measured(single):
         status = "PASS" if single["p50_ms"] <= 0.5 else "MISS"

@@ -21,6 +21,7 @@ from engine.log_settings import LogSettings
 from engine.names import check_model_name, normalise_files
 from engine.repository import ModelRepository, complete_config, select_versions
 from engine.settings import EngineSettings
+from engine.shared_memory import SharedMemoryRegistry
 from engine.types import InferenceRequest, InferenceResponse
 
 log = logging.getLogger("infera.engine")
@@ -54,9 +55,10 @@ class InferenceServer:
         self.repository = ModelRepository(Path(repository)) if repository else None
         self.settings = settings if settings is not None else EngineSettings()
         self.manager = ModelManager(gpus=_gpus(gpu_count))
-        self.name = "infera"
+        self.name = self.settings.server_name
         self.version = __version__
         self.log_settings = LogSettings()  # Triton's logging extension, shared by the HTTP and gRPC front ends
+        self.shared_memory = SharedMemoryRegistry()  # system shared memory regions clients registered
         self._started = False
         self._sent_files: dict[str, Path] = {}  # models loaded from files sent with a load: their temporary roots
 
@@ -77,6 +79,7 @@ class InferenceServer:
     async def stop(self) -> None:
         self._started = False
         await self.manager.stop()
+        self.shared_memory.close()
         for path in self._sent_files.values():
             shutil.rmtree(path, ignore_errors=True)
         self._sent_files.clear()

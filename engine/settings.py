@@ -123,6 +123,7 @@ class GrpcSettings:
 class EngineSettings:
     """Everything the engine reads from the environment, read once."""
 
+    server_name: str = "infera"  # what GET /v2 and ServerMetadata answer as `name` (INFERA_SERVER_NAME)
     allow_code: bool = True  # INFERA_ALLOW_PYTHON_MODELS: may any load run code (model.py, .pt2) at all
     open_repository_control: bool = False  # anonymous callers may load and unload through /v2
     disable_nvml: bool = False
@@ -167,7 +168,11 @@ def read_engine_settings(environ: Mapping[str, str] | None = None) -> EngineSett
         max_ping_strikes=read_int("INFERA_GRPC_HTTP2_MAX_PING_STRIKES", GrpcSettings.max_ping_strikes, env),
         response_compression=read_choice("INFERA_GRPC_RESPONSE_COMPRESSION", "none", ("none", "gzip", "deflate"), env),
     )
+    name = (read_text("INFERA_SERVER_NAME", env) or "infera").strip()
+    if not name or len(name) > 128 or any(ord(ch) < 32 for ch in name):
+        raise SettingError(f"INFERA_SERVER_NAME must be 1 to 128 printable characters, got {name!r}")
     return EngineSettings(
+        server_name=name,
         allow_code=read_bool("INFERA_ALLOW_PYTHON_MODELS", True, env),
         open_repository_control=read_bool("INFERA_OPEN_REPOSITORY_CONTROL", False, env),
         disable_nvml=read_bool("INFERA_DISABLE_NVML", False, env),

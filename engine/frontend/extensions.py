@@ -1,41 +1,54 @@
 """Triton's shared-memory, trace and logging extensions, answered the same way over HTTP and gRPC.
 
-Shared memory is not served yet: the status of regions is truthfully empty and a registration is refused with a
-clear UNSUPPORTED error, so clients fall back to sending tensors in the request. Tracing is off and stays off: its
+System shared memory is served (engine/shared_memory.py holds the regions); CUDA shared memory is not: its status is
+truthfully empty and a registration is refused with a clear UNSUPPORTED error. Tracing is off and stays off: its
 settings read back as such, and asking to turn it on is refused. Logging is live (engine/log_settings.py).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.errors import InvalidArgument, NotFound, Unsupported
+
+if TYPE_CHECKING:
+    from engine.server import InferenceServer
 
 # ---- shared memory
 
 
-def shared_memory_status(kind: str, name: str | None) -> list[dict[str, Any]]:
-    """The registered regions of `kind` ("system" or "cuda"): none, since this server registers none."""
+def shared_memory_status(server: InferenceServer, kind: str, name: str | None) -> list[dict[str, Any]]:
+    """The registered regions of `kind` ("system" or "cuda"), or the one named."""
+    if kind == "system":
+        return server.shared_memory.status(name)
     if name:
-        raise NotFound(f"Unable to find {kind} shared memory region: '{name}'")
+        raise NotFound(f"Unable to find cuda shared memory region: '{name}'")
     return []
 
 
-def register_shared_memory(kind: str, name: str, gpus: int = 0) -> None:
-    """Refuse a registration, saying why and what to do instead."""
-    if kind == "cuda" and gpus == 0:
-        raise Unsupported(
-            f"cannot register CUDA shared memory region '{name}': this server has no GPU; send the tensors in the "
-            "request"
-        )
-    raise Unsupported(
-        f"cannot register {kind} shared memory region '{name}': this server does not support {kind} shared memory; "
-        "send the tensors in the request"
-    )
+def register_shared_memory(server: InferenceServer, kind: str, name: str, details: dict[str, Any]) -> None:
+    """Register a system region (key, offset, byte_size); CUDA regions are refused, saying why."""
+    if kind == "system":
+        key, offset, byte_size = details.get("key"), details.get("offset", 0), details.get("byte_size")
+        if not isinstance(key, str) or not _is_count(offset) or not _is_count(byte_size):
+            raise InvalidArgument(
+                f"registering system shared memory region '{name}' needs 'key' (a string), 'offset' and "
+                "'byte_size' (non-negative integers)"
+            )
+        server.shared_memory.register(name, key, offset, byte_size)
+        return
+    why = "this server has no GPU" if server.manager.gpus == 0 else "this server does not support it yet"
+    raise Unsupported(f"cannot register CUDA shared memory region '{name}': {why}; send the tensors in the request")
 
 
-def unregister_shared_memory(kind: str, name: str | None) -> None:
+def unregister_shared_memory(server: InferenceServer, kind: str, name: str | None) -> None:
     """Unregistering what is not registered succeeds, as Triton does (there is nothing to release)."""
+    if kind == "system":
+        server.shared_memory.unregister(name)
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 # ---- trace

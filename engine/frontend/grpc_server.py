@@ -222,11 +222,20 @@ class GrpcFrontEnd:
         try:
             if sum(len(raw) for raw in message.raw_input_contents) > DECODE_ON_LOOP_BYTES:
                 request = await asyncio.to_thread(
-                    decode_grpc_request, message, served.config, model_name=message.model_name, model_version=version
+                    decode_grpc_request,
+                    message,
+                    served.config,
+                    model_name=message.model_name,
+                    model_version=version,
+                    shared_memory=self.server.shared_memory,
                 )
             else:
                 request = decode_grpc_request(
-                    message, served.config, model_name=message.model_name, model_version=version
+                    message,
+                    served.config,
+                    model_name=message.model_name,
+                    model_version=version,
+                    shared_memory=self.server.shared_memory,
                 )
         except InferaError:
             served.stats.record_failure(0, protocol="grpc")  # refused before queueing: a failed request (as Triton)
@@ -234,7 +243,9 @@ class GrpcFrontEnd:
         request.protocol = "grpc"
         result = await self.server.infer(request)
         batched = served.config.max_batch_size > 0
-        return encode_grpc_response(result, request, messages.ModelInferResponse, batched=batched)
+        return encode_grpc_response(
+            result, request, messages.ModelInferResponse, batched=batched, shared_memory=self.server.shared_memory
+        )
 
     async def rpc_ModelStreamInfer(self, requests: AsyncIterator[Any], call: Call) -> AsyncIterator[Any]:  # noqa: N802
         """Requests and responses interleave: each request runs as soon as it arrives, each answer carries its id.
@@ -330,25 +341,26 @@ class GrpcFrontEnd:
     # ---- shared memory, trace, logging (engine/frontend/extensions.py answers HTTP the same way)
 
     async def rpc_SystemSharedMemoryStatus(self, request: Any, call: Call, response: type) -> Any:  # noqa: N802
-        return _regions(response, extensions.shared_memory_status("system", request.name or None))
+        return _regions(response, extensions.shared_memory_status(self.server, "system", request.name or None))
 
     async def rpc_SystemSharedMemoryRegister(self, request: Any, call: Call, response: type) -> Any:  # noqa: N802
-        extensions.register_shared_memory("system", request.name)
+        details = {"key": request.key, "offset": request.offset, "byte_size": request.byte_size}
+        extensions.register_shared_memory(self.server, "system", request.name, details)
         return response()
 
     async def rpc_SystemSharedMemoryUnregister(self, request: Any, call: Call, response: type) -> Any:  # noqa: N802
-        extensions.unregister_shared_memory("system", request.name or None)
+        extensions.unregister_shared_memory(self.server, "system", request.name or None)
         return response()
 
     async def rpc_CudaSharedMemoryStatus(self, request: Any, call: Call, response: type) -> Any:  # noqa: N802
-        return _regions(response, extensions.shared_memory_status("cuda", request.name or None))
+        return _regions(response, extensions.shared_memory_status(self.server, "cuda", request.name or None))
 
     async def rpc_CudaSharedMemoryRegister(self, request: Any, call: Call, response: type) -> Any:  # noqa: N802
-        extensions.register_shared_memory("cuda", request.name, self.server.manager.gpus)
+        extensions.register_shared_memory(self.server, "cuda", request.name, {})
         return response()
 
     async def rpc_CudaSharedMemoryUnregister(self, request: Any, call: Call, response: type) -> Any:  # noqa: N802
-        extensions.unregister_shared_memory("cuda", request.name or None)
+        extensions.unregister_shared_memory(self.server, "cuda", request.name or None)
         return response()
 
     async def rpc_TraceSetting(self, request: Any, call: Call, response: type) -> Any:  # noqa: N802

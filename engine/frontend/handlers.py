@@ -27,6 +27,7 @@ from engine.protocol import (
     parse_json_object,
 )
 from engine.server import EXTENSIONS, InferenceServer, config_override
+from engine.shared_memory import SharedMemoryRegistry
 from engine.types import InferenceRequest
 
 JSON = b"application/json"
@@ -121,7 +122,9 @@ def stats(server: InferenceServer, incoming: Incoming) -> Reply:
     return _json(server.statistics(route.model, parse_version(route.version)))
 
 
-def _decode(incoming: Incoming, config: ModelConfig, version: int | None) -> InferenceRequest:
+def _decode(
+    incoming: Incoming, config: ModelConfig, version: int | None, shared_memory: SharedMemoryRegistry
+) -> InferenceRequest:
     body = decompress_body(incoming.body, incoming.content_encoding, incoming.max_body_bytes)
     return decode_infer_request(
         body,
@@ -129,6 +132,7 @@ def _decode(incoming: Incoming, config: ModelConfig, version: int | None) -> Inf
         config,
         model_name=incoming.route.model,
         model_version=version,
+        shared_memory=shared_memory,
     )
 
 
@@ -143,14 +147,16 @@ async def infer(server: InferenceServer, incoming: Incoming) -> Reply:
     served = server.get_model(route.model, version)
     try:
         if len(incoming.body) > DECODE_ON_LOOP_BYTES or incoming.content_encoding:
-            request = await asyncio.to_thread(_decode, incoming, served.config, version)
+            request = await asyncio.to_thread(_decode, incoming, served.config, version, server.shared_memory)
         else:
-            request = _decode(incoming, served.config, version)
+            request = _decode(incoming, served.config, version, server.shared_memory)
     except InferaError:
         served.stats.record_failure(0)  # a request refused before queueing is still a failed request (as Triton)
         raise
     response = await server.infer(request)
-    payload, header_length = encode_infer_response(response, request, batched=served.config.max_batch_size > 0)
+    payload, header_length = encode_infer_response(
+        response, request, batched=served.config.max_batch_size > 0, shared_memory=server.shared_memory
+    )
     reply = Reply(200, payload)
     if header_length is not None:
         reply.content_type = OCTET_STREAM
@@ -234,15 +240,14 @@ async def repository_unload(server: InferenceServer, incoming: Incoming) -> Repl
 
 def _shared_memory_status(kind: str) -> Any:
     def handler(server: InferenceServer, incoming: Incoming) -> Reply:
-        return _json(extensions.shared_memory_status(kind, incoming.route.model))
+        return _json(extensions.shared_memory_status(server, kind, incoming.route.model))
 
     return handler
 
 
 def _shared_memory_register(kind: str) -> Any:
     def handler(server: InferenceServer, incoming: Incoming) -> Reply:
-        _optional_json(incoming)
-        extensions.register_shared_memory(kind, incoming.route.model or "", server.manager.gpus)
+        extensions.register_shared_memory(server, kind, incoming.route.model or "", _optional_json(incoming))
         return EMPTY_OK
 
     return handler
@@ -250,7 +255,7 @@ def _shared_memory_register(kind: str) -> Any:
 
 def _shared_memory_unregister(kind: str) -> Any:
     def handler(server: InferenceServer, incoming: Incoming) -> Reply:
-        extensions.unregister_shared_memory(kind, incoming.route.model)
+        extensions.unregister_shared_memory(server, kind, incoming.route.model)
         return EMPTY_OK
 
     return handler

@@ -7,7 +7,7 @@ arrays are the HTTP ones. Responses carry every output in `raw_output_contents`,
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -15,9 +15,12 @@ from engine.config import ModelConfig
 from engine.datatypes import wire_type_of
 from engine.errors import InvalidArgument
 from engine.protocol.inference_request import RAW, TYPED, request_from_document
-from engine.protocol.inference_response import selected_outputs
+from engine.protocol.inference_response import place_in_shared_memory, selected_outputs
 from engine.protocol.tensors import array_to_binary
 from engine.types import InferenceRequest, InferenceResponse
+
+if TYPE_CHECKING:
+    from engine.shared_memory import SharedMemoryRegistry
 
 # the one InferTensorContents list each datatype travels in; FP16 and BF16 have none (raw contents only)
 CONTENTS_FIELD = {
@@ -65,7 +68,12 @@ def set_parameter(target: Any, value: Any) -> None:
 
 
 def decode_grpc_request(
-    message: Any, config: ModelConfig, *, model_name: str, model_version: int | None
+    message: Any,
+    config: ModelConfig,
+    *,
+    model_name: str,
+    model_version: int | None,
+    shared_memory: SharedMemoryRegistry | None = None,
 ) -> InferenceRequest:
     """The InferenceRequest a ModelInferRequest describes, checked against the served version's config."""
     raw = message.raw_input_contents
@@ -87,7 +95,7 @@ def decode_grpc_request(
             if used:
                 raise InvalidArgument(f"input '{tensor.name}' has both raw_input_contents and '{used[0]}'")
             entry[RAW] = memoryview(raw[index])
-        elif "shared_memory_region" not in entry["parameters"]:
+        elif "shared_memory_region" not in entry["parameters"] or used:
             entry[TYPED] = _typed_contents(tensor, used)
         inputs.append(entry)
     document: dict[str, Any] = {
@@ -99,7 +107,9 @@ def decode_grpc_request(
         document["outputs"] = [
             {"name": output.name, "parameters": parameters_of(output.parameters)} for output in message.outputs
         ]
-    return request_from_document(document, _EMPTY, config, model_name=model_name, model_version=model_version)
+    return request_from_document(
+        document, _EMPTY, config, model_name=model_name, model_version=model_version, shared_memory=shared_memory
+    )
 
 
 def _typed_contents(tensor: Any, used: list[str]) -> tuple[str, Any]:
@@ -115,7 +125,12 @@ def _typed_contents(tensor: Any, used: list[str]) -> tuple[str, Any]:
 
 
 def encode_grpc_response(
-    response: InferenceResponse, request: InferenceRequest, response_class: type, *, batched: bool
+    response: InferenceResponse,
+    request: InferenceRequest,
+    response_class: type,
+    *,
+    batched: bool,
+    shared_memory: SharedMemoryRegistry | None = None,
 ) -> Any:
     """A ModelInferResponse with the outputs the request asked for (all of them when it named none), raw."""
     message = response_class(
@@ -123,7 +138,14 @@ def encode_grpc_response(
     )
     for key, value in response.parameters.items():
         set_parameter(message.parameters[key], value)
-    for name, array, _ in selected_outputs(response, request, False, batched):
+    for name, array, _, parameters in selected_outputs(response, request, False, batched):
+        if "shared_memory_region" in parameters:
+            placed = place_in_shared_memory(name, array, parameters, shared_memory)
+            tensor = message.outputs.add(name=name, datatype=placed["datatype"], shape=placed["shape"])
+            for key, value in placed["parameters"].items():
+                set_parameter(tensor.parameters[key], value)
+            message.raw_output_contents.append(b"")  # raw contents stay aligned with the outputs
+            continue
         array = np.asarray(array)
         datatype = wire_type_of(array)
         message.outputs.add(name=name, datatype=datatype, shape=list(array.shape))

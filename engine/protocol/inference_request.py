@@ -7,12 +7,13 @@ TYPED (keys no JSON document can hold). From there one path checks and builds ev
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
 
 from engine.config import ModelConfig
+from engine.datatypes import numpy_dtype
 from engine.errors import InvalidArgument
 from engine.protocol.tensors import array_from_binary, array_from_json, array_from_typed
 from engine.protocol.validation import (
@@ -22,6 +23,9 @@ from engine.protocol.validation import (
     input_config,
 )
 from engine.types import InferenceRequest, RequestedOutput
+
+if TYPE_CHECKING:
+    from engine.shared_memory import SharedMemoryRegistry
 
 Body = bytes | bytearray | memoryview
 
@@ -47,6 +51,7 @@ def decode_infer_request(
     *,
     model_name: str | None = None,
     model_version: int | None = None,
+    shared_memory: SharedMemoryRegistry | None = None,
 ) -> InferenceRequest:
     """Parse and validate one infer request for the model `config` describes.
 
@@ -54,9 +59,54 @@ def decode_infer_request(
     binary tensor data follows. Every problem raises InvalidArgument with the client's vocabulary.
     """
     view = memoryview(body)
-    header, binary = split_body(view, header_length)
-    document = parse_json_object(header)
-    return request_from_document(document, binary, config, model_name=model_name, model_version=model_version)
+    if header_length == 0:
+        document, binary = raw_body_document(view, config)
+    else:
+        header, binary = split_body(view, header_length)
+        document = parse_json_object(header)
+    return request_from_document(
+        document, binary, config, model_name=model_name, model_version=model_version, shared_memory=shared_memory
+    )
+
+
+def raw_body_document(body: memoryview, config: ModelConfig) -> tuple[dict[str, Any], memoryview]:
+    """Triton's raw binary request (`Inference-Header-Content-Length: 0`): the body is the one input's bytes.
+
+    Allowed for a model with exactly one input; its shape is the config's, batch 1 for a batching model, with at
+    most one variable dimension, deduced from the body's size. A BYTES input must have shape [1]: the body is that
+    one element. Outputs come back as binary, as there is no JSON header to ask otherwise.
+    """
+    if len(config.input) != 1:
+        raise InvalidArgument(
+            f"Raw request must only have 1 input (found 1) to be deduced but got {len(config.input)} inputs in "
+            f"'{config.name}' model configuration"
+        )
+    tensor = config.input[0]
+    shape = [1] if config.max_batch_size > 0 else []
+    wildcard = None
+    elements = 1
+    for dim in tensor.dims:
+        if dim == -1:
+            if wildcard is not None:
+                raise InvalidArgument(
+                    f"The shape of the raw input '{tensor.name}' can not be deduced because there are more than "
+                    "one variable-sized dimension"
+                )
+            wildcard = len(shape)
+        else:
+            elements *= dim
+        shape.append(dim)
+    if tensor.datatype == "BYTES":
+        if wildcard is not None or elements != 1:
+            raise InvalidArgument("For BYTE datatype raw input, the model must have input shape [1]")
+        prefix = len(body).to_bytes(4, "little")
+        entry = {"name": tensor.name, "datatype": "BYTES", "shape": shape, RAW: memoryview(prefix + bytes(body))}
+        return {"inputs": [entry], "parameters": {"binary_data_output": True}}, body[len(body) :]
+    if wildcard is not None:
+        itemsize = numpy_dtype(tensor.datatype).itemsize
+        shape[wildcard] = len(body) // max(elements * itemsize, 1)
+    entry = {"name": tensor.name, "datatype": tensor.datatype, "shape": shape, RAW: body}
+    return {"inputs": [entry], "parameters": {"binary_data_output": True}}, body[len(body) :]
 
 
 def request_from_document(
@@ -66,6 +116,7 @@ def request_from_document(
     *,
     model_name: str | None = None,
     model_version: int | None = None,
+    shared_memory: SharedMemoryRegistry | None = None,
 ) -> InferenceRequest:
     """Check and build the request a parsed document describes, for the model `config` describes."""
     parameters = _parameters(document.get("parameters"), "request")
@@ -76,9 +127,9 @@ def request_from_document(
         id=_request_id(document.get("id", "")),
     )
     _apply_request_parameters(request, parameters)
-    request.inputs, request.batch_size = _decode_inputs(document.get("inputs"), binary, config)
+    request.inputs, request.batch_size = _decode_inputs(document.get("inputs"), binary, config, shared_memory)
     if "outputs" in document:
-        request.requested_outputs = _requested_outputs(document["outputs"], config)
+        request.requested_outputs = _requested_outputs(document["outputs"], config, shared_memory)
     return request
 
 
@@ -161,7 +212,9 @@ def _apply_request_parameters(request: InferenceRequest, parameters: dict[str, A
     request.parameters = rest
 
 
-def _decode_inputs(entries: Any, binary: memoryview, config: ModelConfig) -> tuple[dict[str, np.ndarray], int]:
+def _decode_inputs(
+    entries: Any, binary: memoryview, config: ModelConfig, shared_memory: SharedMemoryRegistry | None
+) -> tuple[dict[str, np.ndarray], int]:
     """Decode every input in request order, consuming the binary section as each one claims it."""
     if not isinstance(entries, list):
         raise InvalidArgument("the request must have an 'inputs' list")
@@ -174,10 +227,13 @@ def _decode_inputs(entries: Any, binary: memoryview, config: ModelConfig) -> tup
             raise InvalidArgument(f"input '{name}' appears more than once in the request")
         tensor = input_config(config, name)
         batches[name] = check_input(config, tensor, datatype, shape)
-        if "shared_memory_region" in parameters:
-            raise InvalidArgument(f"input '{name}' uses shared memory, which Infera does not support")
         size = parameters.get("binary_data_size")
-        if RAW in entry:
+        if "shared_memory_region" in parameters:
+            if "data" in entry or size is not None or RAW in entry or TYPED in entry:
+                raise InvalidArgument(f"input '{name}' has both shared memory and data of its own")
+            view = shared_memory_view(shared_memory, name, parameters)
+            array = array_from_binary(name, datatype, shape, view)
+        elif RAW in entry:
             array = array_from_binary(name, datatype, shape, entry[RAW])
         elif TYPED in entry:
             array = array_from_typed(name, datatype, shape, *entry[TYPED])
@@ -221,7 +277,9 @@ def _input_header(entry: Any) -> tuple[str, str, list[int], dict[str, Any]]:
     return name, datatype, shape, _parameters(entry.get("parameters"), f"input '{name}'")
 
 
-def _requested_outputs(entries: Any, config: ModelConfig) -> list[RequestedOutput]:
+def _requested_outputs(
+    entries: Any, config: ModelConfig, shared_memory: SharedMemoryRegistry | None = None
+) -> list[RequestedOutput]:
     """The `outputs` list: known names, each at most once, with their parameters."""
     if not isinstance(entries, list):
         raise InvalidArgument("request 'outputs' must be a list")
@@ -242,9 +300,24 @@ def _requested_outputs(entries: Any, config: ModelConfig) -> list[RequestedOutpu
         if "classification" in parameters:
             _check_classification(name, parameters["classification"], config)
         if "shared_memory_region" in parameters:
-            raise InvalidArgument(f"output '{name}' uses shared memory, which Infera does not support")
+            shared_memory_view(shared_memory, name, parameters)  # the region exists and the range fits it
         requested.append(RequestedOutput(name=name, parameters=parameters))
     return requested
+
+
+def shared_memory_view(shared_memory: SharedMemoryRegistry | None, name: str, parameters: dict[str, Any]) -> memoryview:
+    """The bytes of shared memory a tensor's `shared_memory_*` parameters name."""
+    region = parameters.get("shared_memory_region")
+    offset = parameters.get("shared_memory_offset", 0)
+    size = parameters.get("shared_memory_byte_size")
+    if not isinstance(region, str) or not (_is_int(offset) and offset >= 0) or not (_is_int(size) and size >= 0):
+        raise InvalidArgument(
+            f"tensor '{name}' needs 'shared_memory_region' (a name), 'shared_memory_byte_size' and optionally "
+            "'shared_memory_offset' (non-negative integers)"
+        )
+    if shared_memory is None:
+        raise InvalidArgument(f"tensor '{name}' uses shared memory, which this front end does not serve")
+    return shared_memory.get(region, name).view(offset, size, name)
 
 
 def _check_classification(name: str, count: Any, config: ModelConfig) -> None:

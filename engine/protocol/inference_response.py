@@ -2,21 +2,30 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
 
 from engine.datatypes import wire_type_of
+from engine.errors import InvalidArgument
 from engine.protocol.classification import classify
+from engine.protocol.inference_request import shared_memory_view
 from engine.protocol.tensors import BINARY_ONLY_TYPES, array_to_binary, bytes_to_json_data
 from engine.types import InferenceRequest, InferenceResponse
+
+if TYPE_CHECKING:
+    from engine.shared_memory import SharedMemoryRegistry
 
 _JSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
 
 
 def encode_infer_response(
-    response: InferenceResponse, request: InferenceRequest | None = None, *, batched: bool = False
+    response: InferenceResponse,
+    request: InferenceRequest | None = None,
+    *,
+    batched: bool = False,
+    shared_memory: SharedMemoryRegistry | None = None,
 ) -> tuple[bytes, int | None]:
     """Return the body and, when binary outputs follow the JSON, the `Inference-Header-Content-Length`.
 
@@ -29,7 +38,10 @@ def encode_infer_response(
     selection = selected_outputs(response, request, binary_default, batched)
     outputs: list[dict[str, Any]] = []
     chunks: list[bytes] = []
-    for name, array, binary in selection:
+    for name, array, binary, parameters in selection:
+        if "shared_memory_region" in parameters:
+            outputs.append(place_in_shared_memory(name, array, parameters, shared_memory))
+            continue
         entry, chunk = _encode_output(name, array, binary)
         outputs.append(entry)
         if chunk is not None:
@@ -52,10 +64,10 @@ def encode_infer_response(
 
 def selected_outputs(
     response: InferenceResponse, request: InferenceRequest | None, binary_default: bool, batched: bool
-) -> list[tuple[str, np.ndarray, bool]]:
-    """(name, array, wants binary) for each output the response carries back."""
+) -> list[tuple[str, np.ndarray, bool, dict[str, Any]]]:
+    """(name, array, wants binary, its parameters) for each output the response carries back."""
     if request is None or request.requested_outputs is None:
-        return [(name, array, binary_default) for name, array in response.outputs.items()]
+        return [(name, array, binary_default, {}) for name, array in response.outputs.items()]
     selected = []
     for output in request.requested_outputs:
         array = response.outputs.get(output.name)
@@ -64,8 +76,32 @@ def selected_outputs(
         top_k = output.parameters.get("classification")
         if top_k:
             array = classify(np.asarray(array), top_k, batched)
-        selected.append((output.name, array, bool(output.parameters.get("binary_data", binary_default))))
+        binary = bool(output.parameters.get("binary_data", binary_default))
+        selected.append((output.name, array, binary, output.parameters))
     return selected
+
+
+def place_in_shared_memory(
+    name: str, array: np.ndarray, parameters: dict[str, Any], shared_memory: SharedMemoryRegistry | None
+) -> dict[str, Any]:
+    """Write an output into the shared memory its parameters name; its entry says where, and carries no data."""
+    array = np.asarray(array)
+    datatype = wire_type_of(array)
+    data = array_to_binary(datatype, array)
+    view = shared_memory_view(shared_memory, name, parameters)
+    if len(data) > len(view):
+        raise InvalidArgument(
+            f"shared memory size specified with the request for output '{name}' ({len(view)} bytes) should be at "
+            f"least {len(data)} bytes to hold the results"
+        )
+    view[: len(data)] = data
+    placed = {
+        "shared_memory_region": parameters["shared_memory_region"],
+        "shared_memory_byte_size": len(data),
+    }
+    if parameters.get("shared_memory_offset"):
+        placed["shared_memory_offset"] = parameters["shared_memory_offset"]
+    return {"name": name, "datatype": datatype, "shape": list(array.shape), "parameters": placed}
 
 
 def _encode_output(name: str, array: np.ndarray, binary: bool) -> tuple[dict[str, Any], bytes | None]:

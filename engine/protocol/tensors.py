@@ -49,6 +49,8 @@ def array_from_json(name: str, datatype: str, shape: list[int], data: Any) -> np
         array = np.empty(len(values), dtype=object)
         array[:] = values
         return array.reshape(shape)
+    if _depth(data) > MAX_JSON_DEPTH:
+        raise InvalidArgument(f"input '{name}' has 'data' nested deeper than {MAX_JSON_DEPTH} levels")
     try:
         values = np.asarray(data)  # C loop over the list; ragged nesting raises ValueError
     except (ValueError, TypeError, OverflowError):
@@ -75,6 +77,17 @@ def array_from_typed(name: str, datatype: str, shape: list[int], field: str, val
     if values.size:
         _check_kind(name, datatype, dtype, values, field)
     return values.astype(dtype, copy=False).reshape(shape)
+
+
+def _depth(data: list[Any]) -> int:
+    """How deep the first elements nest (a regular list nests alike everywhere; numpy refuses a ragged one)."""
+    depth = 0
+    while isinstance(data, list):
+        depth += 1
+        if depth > MAX_JSON_DEPTH or not data:
+            break
+        data = data[0]
+    return depth
 
 
 def _flatten_strings(name: str, data: list[Any], limit: int) -> list[bytes]:

@@ -82,3 +82,13 @@ async def test_it_is_ready_only_after_the_start_up_load(tmp_path):
     await starting
     assert server.is_ready() and server.model_ready("gated")
     await server.stop()
+
+
+async def test_it_answers_with_the_name_its_settings_give():
+    from engine.settings import read_engine_settings
+
+    settings = read_engine_settings({"INFERA_SERVER_NAME": "triton"})
+    server = InferenceServer(settings=settings)
+    assert server.name == "triton"
+    with pytest.raises(ValueError, match="INFERA_SERVER_NAME"):
+        read_engine_settings({"INFERA_SERVER_NAME": " "})

@@ -88,9 +88,36 @@ def make_broken(repo: Path, name: str = "broken") -> Path:
     return make_python_model(repo, name, BROKEN_SOURCE, config)
 
 
+IDENTITY_SOURCE = textwrap.dedent(
+    '''
+    """Echoes INPUT0 as OUTPUT0, whatever its type and shape."""
+    import triton_python_backend_utils as pb_utils
+
+
+    class TritonPythonModel:
+        def execute(self, requests):
+            return [
+                pb_utils.InferenceResponse(
+                    [pb_utils.Tensor("OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy())]
+                )
+                for r in requests
+            ]
+    '''
+)
+
+
+def make_identity(repo: Path, name: str, data_type: str, dims: list[int], max_batch_size: int) -> Path:
+    """A python identity model over one input (raw binary bodies need models with one input)."""
+    config = python_config(name, [("INPUT0", data_type, dims)], [("OUTPUT0", data_type, dims)], max_batch_size)
+    return make_python_model(repo, name, IDENTITY_SOURCE, config)
+
+
 def build_repository(repo: Path) -> Path:
     """Every model the server tests use."""
     make_simple_onnx(repo, name="simple")
+    make_identity(repo, "bytes_echo", "TYPE_STRING", [1], 8)
+    make_identity(repo, "two_wild", "TYPE_FP32", [-1, -1], 0)
+    make_identity(repo, "one_wild", "TYPE_FP32", [2, -1], 0)
     make_simple_onnx(repo, name="resizable")
     make_simple_string(repo)
     make_fp16_double(repo)

@@ -11,14 +11,20 @@ from engine.frontend import V2App
 from tests.engine.frontend.asgi_client import call
 
 
-@pytest.mark.parametrize("kind", ["systemsharedmemory", "cudasharedmemory"])
-async def test_shared_memory_lists_no_region_and_refuses_registration_clearly(v2_app, kind):
+@pytest.mark.parametrize(
+    ("kind", "status", "message"),
+    [
+        ("systemsharedmemory", 400, "Unable to open shared memory region: '/infera-no-such-key'"),
+        ("cudasharedmemory", 501, "this server has no GPU; send the tensors in the request"),
+    ],
+)
+async def test_shared_memory_status_and_refusals_name_the_problem(v2_app, kind, status, message):
     assert (await call(v2_app, "GET", f"/v2/{kind}/status")).json() == []
     missing = await call(v2_app, "GET", f"/v2/{kind}/region/input0/status")
     assert missing.status == 404 and "Unable to find" in missing.json()["error"]
-    body = orjson.dumps({"key": "/input0", "offset": 0, "byte_size": 64})
+    body = orjson.dumps({"key": "/infera-no-such-key", "offset": 0, "byte_size": 64, "raw_handle": {"b64": ""}})
     refused = await call(v2_app, "POST", f"/v2/{kind}/region/input0/register", body)
-    assert refused.status == 501 and "send the tensors in the request" in refused.json()["error"]
+    assert refused.status == status and message in refused.json()["error"]
     assert (await call(v2_app, "POST", f"/v2/{kind}/region/input0/unregister")).status == 200
     assert (await call(v2_app, "POST", f"/v2/{kind}/unregister")).status == 200
     assert (await call(v2_app, "POST", "/v2/models/simple/infer", b"{}")).status == 400  # the server goes on

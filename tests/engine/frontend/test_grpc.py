@@ -116,7 +116,8 @@ async def test_it_answers_each_error_with_tritons_status_code(client):
             "StatusCode.INTERNAL",
             "deliberate failure",
         ),
-        (client.register_system_shared_memory("r", "/k", 64), "StatusCode.UNIMPLEMENTED", "shared memory"),
+        (client.register_cuda_shared_memory("r", b"aGFuZGxl", 0, 64), "StatusCode.UNIMPLEMENTED", "has no GPU"),
+        (client.register_system_shared_memory("r", "/nowhere", 64), "StatusCode.INVALID_ARGUMENT", "Unable to open"),
     ]
     for call, status, text in cases:
         with pytest.raises(InferenceServerException) as refused:
@@ -217,3 +218,29 @@ async def test_gzip_requests_are_understood(front_end):
         np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), A + B)
     finally:
         client.close()
+
+
+async def test_the_shared_memory_flow_over_grpc(client):
+    import tritonclient.utils.shared_memory as shm
+
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    handle = shm.create_shared_memory_region("grpc_io", "/infera_test_grpc_io", 256)
+    try:
+        shm.set_shared_memory_region(handle, [a])
+        shm.set_shared_memory_region(handle, [B], offset=64)
+        await client.register_system_shared_memory("grpc_io", "/infera_test_grpc_io", 256)
+        status = await client.get_system_shared_memory_status()
+        assert "grpc_io" in status.regions and status.regions["grpc_io"].byte_size == 256
+        inputs = [grpcclient.InferInput("INPUT0", [1, 16], "INT32"), grpcclient.InferInput("INPUT1", [1, 16], "INT32")]
+        inputs[0].set_shared_memory("grpc_io", 64)
+        inputs[1].set_shared_memory("grpc_io", 64, offset=64)
+        output = grpcclient.InferRequestedOutput("OUTPUT0")
+        output.set_shared_memory("grpc_io", 64, offset=128)
+        result = await client.infer("simple", inputs, outputs=[output])
+        placed = result.get_output("OUTPUT0").parameters  # the answer is in shared memory, not in the response
+        assert placed["shared_memory_byte_size"].int64_param == 64
+        np.testing.assert_array_equal(shm.get_contents_as_numpy(handle, np.int32, [1, 16], offset=128), a + B)
+        await client.unregister_system_shared_memory("grpc_io")
+        assert not (await client.get_system_shared_memory_status()).regions
+    finally:
+        shm.destroy_shared_memory_region(handle)

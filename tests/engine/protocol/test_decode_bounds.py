@@ -54,3 +54,18 @@ def test_a_huge_declared_shape_is_refused_before_anything_is_allocated(mixed_con
     )
     with pytest.raises(InvalidArgument, match="has 8 bytes of binary data but shape"):
         decode_infer_request(numbers + b"\0" * 8, len(numbers), mixed_config)
+
+
+def test_numeric_json_data_past_the_nesting_limit_is_refused(mixed_config):
+    nested: object = [1.0, 2.0]
+    for _ in range(MAX_JSON_DEPTH):
+        nested = [nested]
+    deep = orjson.dumps({"inputs": [{"name": "F32", "datatype": "FP32", "shape": [2, 1], "data": nested}]})
+    with pytest.raises(InvalidArgument, match=f"nested deeper than {MAX_JSON_DEPTH} levels"):
+        decode_infer_request(deep, None, mixed_config)
+
+
+def test_a_negative_dimension_is_a_400(mixed_config):
+    body = orjson.dumps({"inputs": [{"name": "F32", "datatype": "FP32", "shape": [2, -3], "data": [0.0] * 6}]})
+    with pytest.raises(InvalidArgument, match="'shape' list of non-negative integers"):
+        decode_infer_request(body, None, mixed_config)

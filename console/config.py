@@ -88,6 +88,8 @@ def read_settings(environ: Mapping[str, str] | None = None) -> InferaSettings:
         engine = read_engine_settings(env)
     except SettingError as exc:
         raise EnvError(str(exc)) from None
+    if engine.trace_dir is None:  # trace files live under var/ unless INFERA_TRACE_DIR says where
+        engine = dataclasses.replace(engine, trace_dir=var_dir / "traces")
     return InferaSettings(
         var_dir=var_dir,
         model_store=env_path("INFERA_MODEL_STORE", var_dir / "models", base=BASE_DIR, environ=env),

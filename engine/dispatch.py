@@ -36,6 +36,14 @@ class Flight:
     done: bool = False
 
 
+def _mark_compute(trace, start_ns: int, times) -> None:
+    """The compute timestamps of a traced request, from its batch's start and phase durations."""
+    trace.mark("COMPUTE_START", start_ns)
+    trace.mark("COMPUTE_INPUT_END", start_ns + times.input_ns)
+    trace.mark("COMPUTE_OUTPUT_START", start_ns + times.input_ns + times.infer_ns)
+    trace.mark("COMPUTE_END", start_ns + times.input_ns + times.infer_ns + times.output_ns)
+
+
 class Dispatcher:
     """Drives one model version's batchers: wakes on arrivals, free instances and delay deadlines."""
 
@@ -76,6 +84,8 @@ class Dispatcher:
             enqueue_ns=now,
             shape_key=shape_key(request, lane.batcher.batching),
         )
+        if request.trace is not None:
+            request.trace.mark("QUEUE_START", now)
         lane.batcher.add(pending, now)
         self.stats.pending = self.queued
         if lane.idle:
@@ -164,6 +174,9 @@ class Dispatcher:
             return
         outputs, times = future.result()
         done = time.monotonic_ns()
+        for p in requests:
+            if p.request.trace is not None:
+                _mark_compute(p.request.trace, flight.start_ns, times)
         self.stats.record_batch(flight.batch.size, times, len(requests))
         for p, out in zip(requests, outputs, strict=True):
             if not p.future.done():

@@ -22,6 +22,7 @@ from engine.names import check_model_name, normalise_files
 from engine.repository import ModelRepository, complete_config, select_versions
 from engine.settings import EngineSettings
 from engine.shared_memory import SharedMemoryRegistry
+from engine.tracing import Tracer
 from engine.types import InferenceRequest, InferenceResponse
 
 log = logging.getLogger("infera.engine")
@@ -59,6 +60,7 @@ class InferenceServer:
         self.version = __version__
         self.log_settings = LogSettings()  # Triton's logging extension, shared by the HTTP and gRPC front ends
         self.shared_memory = SharedMemoryRegistry()  # system shared memory regions clients registered
+        self.tracer = Tracer(self.settings.trace_dir)  # Triton's trace extension
         self._started = False
         self._sent_files: dict[str, Path] = {}  # models loaded from files sent with a load: their temporary roots
 

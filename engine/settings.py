@@ -128,6 +128,7 @@ class EngineSettings:
     open_repository_control: bool = False  # anonymous callers may load and unload through /v2
     disable_nvml: bool = False
     max_body_bytes: int = 64 * 1024 * 1024  # Triton's default for --http-max-input-size
+    trace_dir: Path | None = None  # where trace files may be written (INFERA_TRACE_DIR); None: no trace files
     limits: ConfigLimits = field(default_factory=ConfigLimits)
     sandbox: SandboxSettings = field(default_factory=SandboxSettings)
     grpc: GrpcSettings = field(default_factory=GrpcSettings)
@@ -173,6 +174,7 @@ def read_engine_settings(environ: Mapping[str, str] | None = None) -> EngineSett
         raise SettingError(f"INFERA_SERVER_NAME must be 1 to 128 printable characters, got {name!r}")
     return EngineSettings(
         server_name=name,
+        trace_dir=Path(trace_dir) if (trace_dir := read_text("INFERA_TRACE_DIR", env)) else None,
         allow_code=read_bool("INFERA_ALLOW_PYTHON_MODELS", True, env),
         open_repository_control=read_bool("INFERA_OPEN_REPOSITORY_CONTROL", False, env),
         disable_nvml=read_bool("INFERA_DISABLE_NVML", False, env),

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import mmap
 import os
+import stat
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import InvalidArgument, NotFound
 
-SHM_ROOT = Path("/dev/shm")
+# The POSIX shm mount itself, not a temp folder: keys are one name, opened without following links.
+SHM_ROOT = Path("/dev/shm")  # nosec B108
 
 
 class RegionExists(InvalidArgument):
@@ -78,11 +80,16 @@ class SharedMemoryRegistry:
             if name in self._regions:
                 raise RegionExists(f"shared memory region '{name}' already in manager")
             try:
-                descriptor = os.open(path, os.O_RDWR)
+                # O_NOFOLLOW: /dev/shm is writable by everyone, and a link planted there must not let outputs
+                # be written into a file elsewhere (the database, a model) that this process may write.
+                descriptor = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
             except OSError as exc:
                 raise InvalidArgument(f"Unable to open shared memory region: '{key}' ({exc.strerror or exc})") from None
             try:
-                size = os.fstat(descriptor).st_size
+                status = os.fstat(descriptor)
+                if not stat.S_ISREG(status.st_mode):
+                    raise InvalidArgument(f"Unable to open shared memory region: '{key}' is not a shared memory object")
+                size = status.st_size
                 if offset + byte_size > size:
                     raise InvalidArgument(
                         f"failed to register shared memory region '{name}': offset {offset} and byte_size "

@@ -38,6 +38,7 @@ class InferenceRequest:
     batch_size: int = 1
     arrival_ns: int = 0
     protocol: str = "http"  # the front end it came through, for the statistics by protocol
+    trace: Any = None  # an engine.tracing.Trace when this request is traced
 
 
 @dataclass(slots=True)

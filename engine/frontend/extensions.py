@@ -1,8 +1,8 @@
 """Triton's shared-memory, trace and logging extensions, answered the same way over HTTP and gRPC.
 
 System shared memory is served (engine/shared_memory.py holds the regions); CUDA shared memory is not: its status is
-truthfully empty and a registration is refused with a clear UNSUPPORTED error. Tracing is off and stays off: its
-settings read back as such, and asking to turn it on is refused. Logging is live (engine/log_settings.py).
+truthfully empty and a registration is refused with a clear UNSUPPORTED error. Tracing records timestamps
+(engine/tracing.py). Logging is live (engine/log_settings.py).
 """
 
 from __future__ import annotations
@@ -51,31 +51,14 @@ def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-# ---- trace
+# ---- trace (engine/tracing.py holds the settings and writes the files)
 
 
-TRACE_DEFAULTS: dict[str, list[str]] = {
-    "trace_level": ["OFF"],
-    "trace_rate": ["1000"],
-    "trace_count": ["-1"],
-    "log_frequency": ["0"],
-    "trace_file": [""],
-    "trace_mode": ["triton"],
-}
+def trace_settings(server: InferenceServer, model: str | None = None) -> dict[str, Any]:
+    """The trace settings in force, global or for `model`."""
+    return server.tracer.settings(model)
 
 
-def trace_settings(model: str | None = None) -> dict[str, list[str]]:
-    """The trace settings in force (global, or for `model`): tracing is off."""
-    return {key: list(value) for key, value in TRACE_DEFAULTS.items()}
-
-
-def update_trace_settings(changes: dict[str, Any], model: str | None = None) -> dict[str, list[str]]:
-    """Accept settings that leave tracing off; refuse turning it on (this server does not trace requests)."""
-    for key, value in changes.items():
-        if key not in TRACE_DEFAULTS:
-            raise InvalidArgument(f"unknown trace setting '{key}' (known: {', '.join(TRACE_DEFAULTS)})")
-        if key == "trace_level":
-            levels = value if isinstance(value, list) else [value]
-            if any(str(level).upper() != "OFF" for level in levels if level is not None):
-                raise Unsupported("request tracing is not supported by this server; trace_level can only be OFF")
-    return trace_settings(model)
+def update_trace_settings(server: InferenceServer, changes: dict[str, Any], model: str | None = None) -> dict[str, Any]:
+    """Change trace settings (a model's own, or the global ones); the settings now in force."""
+    return server.tracer.update(changes, model)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -217,6 +218,7 @@ class GrpcFrontEnd:
         return await self._infer(request, call.principal)
 
     async def _infer(self, message: Any, principal: Principal) -> Any:
+        started = time.monotonic_ns()
         version = parse_version(message.model_version)
         served = self.server.get_model(message.model_name, version)
         try:
@@ -241,11 +243,18 @@ class GrpcFrontEnd:
             served.stats.record_failure(0, protocol="grpc")  # refused before queueing: a failed request (as Triton)
             raise
         request.protocol = "grpc"
+        trace = request.trace = self.server.tracer.start(message.model_name, served.version)
+        if trace is not None:
+            trace.mark("REQUEST_START", started)
         result = await self.server.infer(request)
         batched = served.config.max_batch_size > 0
-        return encode_grpc_response(
+        answer = encode_grpc_response(
             result, request, messages.ModelInferResponse, batched=batched, shared_memory=self.server.shared_memory
         )
+        if trace is not None:
+            trace.mark("REQUEST_END")
+            await asyncio.to_thread(self.server.tracer.finish, trace)
+        return answer
 
     async def rpc_ModelStreamInfer(self, requests: AsyncIterator[Any], call: Call) -> AsyncIterator[Any]:  # noqa: N802
         """Requests and responses interleave: each request runs as soon as it arrives, each answer carries its id.
@@ -365,11 +374,16 @@ class GrpcFrontEnd:
 
     async def rpc_TraceSetting(self, request: Any, call: Call, response: type) -> Any:  # noqa: N802
         model = request.model_name or None
-        changes = {key: list(value.value) for key, value in request.settings.items()}
-        settings = extensions.update_trace_settings(changes, model) if changes else extensions.trace_settings(model)
+        # an empty value list clears a setting (a model's own setting, or back to the default)
+        changes = {key: (list(value.value) or None) for key, value in request.settings.items()}
+        if changes:
+            self._check_may_change(call.principal, "tracing")
+            settings = extensions.update_trace_settings(self.server, changes, model)
+        else:
+            settings = extensions.trace_settings(self.server, model)
         answer = response()
-        for key, values in settings.items():
-            answer.settings[key].value.extend(values)
+        for key, value in settings.items():
+            answer.settings[key].value.extend(value if isinstance(value, list) else [value])
         return answer
 
     async def rpc_LogSettings(self, request: Any, call: Call, response: type) -> Any:  # noqa: N802

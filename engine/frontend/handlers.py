@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import time
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any, Protocol
@@ -142,6 +143,7 @@ async def infer(server: InferenceServer, incoming: Incoming) -> Reply:
     A large body is decoded on a worker thread, so one request's megabytes never stall the event loop (health
     probes, the console, every other model).
     """
+    started = time.monotonic_ns()
     route = incoming.route
     version = parse_version(route.version)
     served = server.get_model(route.model, version)
@@ -153,10 +155,16 @@ async def infer(server: InferenceServer, incoming: Incoming) -> Reply:
     except InferaError:
         served.stats.record_failure(0)  # a request refused before queueing is still a failed request (as Triton)
         raise
+    trace = request.trace = server.tracer.start(route.model, served.version)
+    if trace is not None:
+        trace.mark("REQUEST_START", started)
     response = await server.infer(request)
     payload, header_length = encode_infer_response(
         response, request, batched=served.config.max_batch_size > 0, shared_memory=server.shared_memory
     )
+    if trace is not None:
+        trace.mark("REQUEST_END")
+        await asyncio.to_thread(server.tracer.finish, trace)
     reply = Reply(200, payload)
     if header_length is not None:
         reply.content_type = OCTET_STREAM
@@ -264,11 +272,10 @@ def _shared_memory_unregister(kind: str) -> Any:
 def trace_setting(server: InferenceServer, incoming: Incoming) -> Reply:
     model = incoming.route.model
     if incoming.method == "POST":
-        settings = extensions.update_trace_settings(_optional_json(incoming), model)
-    else:
-        settings = extensions.trace_settings(model)
-    # Triton's JSON: trace_level is a list, the other settings single strings
-    return _json({key: value if key == "trace_level" else value[0] for key, value in settings.items()})
+        if not incoming.principal.may_change_models:
+            raise may_not_change(incoming.principal, "tracing")
+        return _json(extensions.update_trace_settings(server, _optional_json(incoming), model))
+    return _json(extensions.trace_settings(server, model))
 
 
 def logging_settings(server: InferenceServer, incoming: Incoming) -> Reply:

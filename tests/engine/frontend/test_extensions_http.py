@@ -9,6 +9,7 @@ import pytest
 
 from engine.frontend import V2App
 from tests.engine.frontend.asgi_client import call
+from tests.engine.frontend.test_v2_app import simple_request
 
 
 @pytest.mark.parametrize(
@@ -30,14 +31,71 @@ async def test_shared_memory_status_and_refusals_name_the_problem(v2_app, kind, 
     assert (await call(v2_app, "POST", "/v2/models/simple/infer", b"{}")).status == 400  # the server goes on
 
 
-async def test_trace_settings_read_off_and_refuse_being_turned_on(v2_app):
-    settings = (await call(v2_app, "GET", "/v2/trace/setting")).json()
-    assert settings["trace_level"] == ["OFF"] and settings["trace_rate"] == "1000"
-    assert (await call(v2_app, "GET", "/v2/models/simple/trace/setting")).status == 200
-    off = await call(v2_app, "POST", "/v2/trace/setting", orjson.dumps({"trace_level": ["OFF"]}))
-    assert off.status == 200
-    on = await call(v2_app, "POST", "/v2/trace/setting", orjson.dumps({"trace_level": ["TIMESTAMPS"]}))
-    assert on.status == 501 and "tracing is not supported" in on.json()["error"]
+async def test_trace_settings_round_trip_and_a_trace_file_records_every_request_in_order(v2_server, tmp_path):
+    import json
+
+    from engine.tracing import Tracer
+
+    v2_server.tracer = Tracer(tmp_path)
+    app = V2App(v2_server)
+    assert (await call(app, "GET", "/v2/trace/setting")).json()["trace_level"] == ["OFF"]
+    settings = {"trace_level": ["TIMESTAMPS"], "trace_rate": "1", "log_frequency": "0", "trace_file": "simple.json"}
+    updated = await call(app, "POST", "/v2/models/simple/trace/setting", orjson.dumps(settings))
+    assert updated.status == 200 and updated.json()["trace_file"] == str(tmp_path / "simple.json")
+    assert (await call(app, "GET", "/v2/models/simple/trace/setting")).json()["trace_level"] == ["TIMESTAMPS"]
+    assert (await call(app, "GET", "/v2/trace/setting")).json()["trace_level"] == ["OFF"]  # only the model's
+    for _ in range(5):
+        assert (await call(app, "POST", "/v2/models/simple/infer", simple_request())).status == 200
+    records = json.loads((tmp_path / "simple.json").read_text())
+    traces = [r for r in records if "timestamps" in r]
+    assert len(traces) == 5 and all(r["model_name"] == "simple" for r in records if "model_name" in r)
+    order = [
+        "REQUEST_START",
+        "QUEUE_START",
+        "COMPUTE_START",
+        "COMPUTE_INPUT_END",
+        "COMPUTE_OUTPUT_START",
+        "COMPUTE_END",
+        "REQUEST_END",
+    ]
+    for trace in traces:
+        assert [t["name"] for t in trace["timestamps"]] == order
+        times = [t["ns"] for t in trace["timestamps"]]
+        assert times == sorted(times)
+
+
+async def test_trace_count_rate_and_frequency_bound_what_is_written(v2_server, tmp_path):
+    from engine.tracing import Tracer
+
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    v2_server.tracer = Tracer(folder)
+    app = V2App(v2_server)
+    settings = {"trace_level": ["TIMESTAMPS"], "trace_rate": "2", "trace_count": "2", "log_frequency": "1"}
+    await call(app, "POST", "/v2/trace/setting", orjson.dumps({**settings, "trace_file": "t.json"}))
+    for _ in range(8):
+        await call(app, "POST", "/v2/models/simple/infer", simple_request())
+    assert sorted(p.name for p in folder.iterdir()) == ["t.json.0", "t.json.1"]  # every 2nd, at most 2, one each
+
+
+@pytest.mark.parametrize(
+    ("setting", "status", "message"),
+    [
+        ({"trace_level": ["TENSORS"]}, 501, "TENSORS is not supported"),
+        ({"trace_file": "/etc/cron.d/evil"}, 400, "must be a file in the trace folder"),
+        ({"trace_file": "../escape.json"}, 400, "must be a file in the trace folder"),
+        ({"trace_rate": "0"}, 400, "must be at least 1"),
+        ({"trace_mode": "opentelemetry"}, 501, "not supported"),
+    ],
+)
+async def test_trace_settings_refuse_what_they_cannot_do_and_never_write_outside_their_folder(
+    v2_server, tmp_path, setting, status, message
+):
+    from engine.tracing import Tracer
+
+    v2_server.tracer = Tracer(tmp_path)
+    answer = await call(V2App(v2_server), "POST", "/v2/trace/setting", orjson.dumps(setting))
+    assert answer.status == status and message in answer.json()["error"]
 
 
 async def test_logging_settings_change_the_servers_loggers_live(v2_app, v2_server):

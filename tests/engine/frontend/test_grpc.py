@@ -165,7 +165,7 @@ async def test_repository_index_load_with_a_config_override_and_unload(client):
     assert (await client.get_model_config("resizable")).config.max_batch_size == 8
 
 
-async def test_log_settings_change_live_and_trace_stays_off(client):
+async def test_log_and_trace_settings_round_trip(client, front_end, tmp_path):
     import logging
 
     settings = await client.update_log_settings({"log_verbose_level": 1})
@@ -173,9 +173,19 @@ async def test_log_settings_change_live_and_trace_stays_off(client):
     assert logging.getLogger("engine").getEffectiveLevel() == logging.DEBUG
     await client.update_log_settings({"log_verbose_level": 0})
     assert logging.getLogger("engine").getEffectiveLevel() == logging.INFO
+    import json
+
+    from engine.tracing import Tracer
+
     assert list((await client.get_trace_settings()).settings["trace_level"].value) == ["OFF"]
-    with pytest.raises(InferenceServerException, match="tracing is not supported"):
-        await client.update_trace_settings(settings={"trace_level": ["TIMESTAMPS"]})
+    front_end.server.tracer = Tracer(tmp_path)
+    settings = {"trace_level": ["TIMESTAMPS"], "trace_rate": "1", "trace_file": "grpc.json"}
+    await client.update_trace_settings(model_name="simple", settings=settings)
+    for _ in range(3):
+        await client.infer("simple", inputs_of(INPUT0=A, INPUT1=B))
+    traces = [r for r in json.loads((tmp_path / "grpc.json").read_text()) if "timestamps" in r]
+    assert len(traces) == 3
+    await client.update_trace_settings(model_name="simple", settings={"trace_level": ["OFF"]})
 
 
 async def test_grpc_health_answers_for_the_server_and_each_model(front_end):

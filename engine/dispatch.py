@@ -77,6 +77,7 @@ class Dispatcher:
         """Queue a validated request and wait for its outputs; raises Unavailable when the queue is full."""
         loop = asyncio.get_running_loop()
         now = time.monotonic_ns()
+        request.arrival_ns = request.arrival_ns or now
         lane = self.lanes[self.router.route(request, now)] if self.router else self.lanes[0]
         pending = PendingRequest(
             request=request,
@@ -144,7 +145,7 @@ class Dispatcher:
             flight = Flight(batch, time.monotonic_ns())
             if self.preserve_ordering:
                 self._flights.append(flight)
-            future = instance.execute([p.request.inputs for p in requests], [p.batch_size for p in requests])
+            future = instance.execute([p.request for p in requests], [p.batch_size for p in requests])
             self._running.add(future)
             future.add_done_callback(functools.partial(self._finish, lane, instance, flight))
 
@@ -179,7 +180,11 @@ class Dispatcher:
                 _mark_compute(p.request.trace, flight.start_ns, times)
         self.stats.record_batch(flight.batch.size, times, len(requests))
         for p, out in zip(requests, outputs, strict=True):
-            if not p.future.done():
+            if p.future.done():
+                continue
+            if isinstance(out, InferaError):  # this request's own error (a python model's error response)
+                p.future.set_exception(out)
+            else:
                 p.future.set_result(out)
                 self.stats.record_success(done - p.enqueue_ns, flight.start_ns - p.enqueue_ns, done, p.request.protocol)
 

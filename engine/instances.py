@@ -9,10 +9,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from engine.backends.base import Backend
 from engine.stats import ComputeTimes
+from engine.types import InferenceRequest
 
 _STOP = object()
 
@@ -41,14 +40,18 @@ class ModelInstance:
         self._jobs.put((fn, loop, future))
         return future
 
-    def execute(self, inputs: list[dict[str, np.ndarray]], batch_sizes: list[int]) -> asyncio.Future:
-        """Run one batch; the future gives (per-request outputs, ComputeTimes)."""
-        return self.call(lambda: self._execute(inputs, batch_sizes))
+    def execute(self, requests: list[InferenceRequest], batch_sizes: list[int]) -> asyncio.Future:
+        """Run one batch; the future gives (per-request outputs, ComputeTimes).
 
-    def _execute(self, inputs: list[dict[str, np.ndarray]], batch_sizes: list[int]):
+        A backend may answer one request of the batch with an InferaError in place of its outputs (a python
+        model's error response); that request fails alone.
+        """
+        return self.call(lambda: self._execute(requests, batch_sizes))
+
+    def _execute(self, requests: list[InferenceRequest], batch_sizes: list[int]):
         backend = self.backend
         t0 = time.perf_counter_ns()
-        prepared = backend.prepare(inputs)
+        prepared = backend.prepare_requests(requests)
         t1 = time.perf_counter_ns()
         raw = backend.execute(prepared)
         t2 = time.perf_counter_ns()

@@ -7,10 +7,12 @@ import logging
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from engine.backends import Backend, Device, get_backend
+from engine.backends.base import InstanceContext
 from engine.config import InstanceGroup, ModelConfig
 from engine.datatypes import config_to_wire, numpy_dtype
 from engine.dispatch import Dispatcher
@@ -66,24 +68,33 @@ class ModelStatus:
 
 def instance_devices(config: ModelConfig, gpus: int) -> list[Device]:
     """One Device per instance, from `instance_group` (count per GPU for KIND_GPU, as Triton counts)."""
-    devices: list[Device] = []
-    for group in config.instance_group or [InstanceGroup()]:
-        kind = group.kind
-        if kind == "KIND_AUTO":
-            kind = "KIND_GPU" if gpus and config.backend_name != "python" else "KIND_CPU"
-        if kind == "KIND_GPU":
-            if not gpus:
-                raise LoadError(
-                    f"instance group '{group.name or config.name}' asks for KIND_GPU but this machine has no GPU"
-                )
-            ids = group.gpus or list(range(gpus))
-            missing = [g for g in ids if g >= gpus]
-            if missing:
-                raise LoadError(f"instance group asks for GPU {missing}, this machine has {gpus} GPU(s)")
-            devices += [Device("GPU", g) for g in ids for _ in range(group.count)]
-        else:
-            devices += [Device("CPU", 0) for _ in range(group.count)]
-    return devices
+    return [device for device, _ in instance_slots(config, gpus)]
+
+
+def instance_slots(config: ModelConfig, gpus: int) -> list[tuple[Device, str]]:
+    """(device, Triton's instance name) per instance: `<group name>_<index in group>`, a group being named
+    `<model>_<group index>` unless its config names it."""
+    slots: list[tuple[Device, str]] = []
+    for index, group in enumerate(config.instance_group or [InstanceGroup()]):
+        group_name = group.name or f"{config.name}_{index}"
+        devices = _group_devices(config, group, gpus)
+        slots += [(device, f"{group_name}_{i}") for i, device in enumerate(devices)]
+    return slots
+
+
+def _group_devices(config: ModelConfig, group: InstanceGroup, gpus: int) -> list[Device]:
+    kind = group.kind
+    if kind == "KIND_AUTO":
+        kind = "KIND_GPU" if gpus and config.backend_name != "python" else "KIND_CPU"
+    if kind != "KIND_GPU":
+        return [Device("CPU", 0) for _ in range(group.count)]
+    if not gpus:
+        raise LoadError(f"instance group '{group.name or config.name}' asks for KIND_GPU but this machine has no GPU")
+    ids = group.gpus or list(range(gpus))
+    missing = [g for g in ids if g >= gpus]
+    if missing:
+        raise LoadError(f"instance group asks for GPU {missing}, this machine has {gpus} GPU(s)")
+    return [Device("GPU", g) for g in ids for _ in range(group.count)]
 
 
 def warmup_inputs(config: ModelConfig, sample) -> dict[str, np.ndarray]:
@@ -102,9 +113,9 @@ def warmup_inputs(config: ModelConfig, sample) -> dict[str, np.ndarray]:
     return arrays
 
 
-def open_backend(config: ModelConfig, path: Path, device: Device) -> Backend:
+def open_backend(config: ModelConfig, path: Path, device: Device, context: InstanceContext | None = None) -> Backend:
     """The version's backend on `device`, loaded; the one way a version's files are opened (real and trial loads)."""
-    backend = get_backend(config.backend_name)(config, path, device)
+    backend = get_backend(config.backend_name)(config, path, device, context)
     backend.load()
     return backend
 
@@ -151,12 +162,16 @@ class ServedVersion:
         if self.cancelled:
             raise LoadError("the model was unloaded while this version was loading")
 
-    async def load(self, gpus: int) -> None:
-        """Create and load every instance, warm up, then start taking requests; cleans up on failure."""
+    async def load(self, gpus: int, services: Any = None) -> None:
+        """Create and load every instance, warm up, then start taking requests; cleans up on failure.
+
+        `services` (engine.model_services.ModelServices) is what model code of this version may call on.
+        """
         try:
-            for i, device in enumerate(instance_devices(self.config, gpus)):
+            for i, (device, instance_name) in enumerate(instance_slots(self.config, gpus)):
                 self._check_cancelled()
-                backend = await asyncio.to_thread(open_backend, self.config, self.path, device)
+                context = InstanceContext(instance_name, services)
+                backend = await asyncio.to_thread(open_backend, self.config, self.path, device, context)
                 instance = ModelInstance(f"{self.name}-{self.version}-{i}", backend)
                 instance.start()
                 self.instances.append(instance)
@@ -172,10 +187,11 @@ class ServedVersion:
         for sample in self.config.model_warmup:
             inputs = warmup_inputs(self.config, sample)
             size = sample.batch_size if self.config.max_batch_size > 0 else 1
+            request = InferenceRequest(self.name, inputs, self.version, batch_size=size, protocol="warmup")
             for instance in self.instances:
                 for _ in range(max(sample.count, 1)):
                     self._check_cancelled()  # an unload does not wait for a long warm-up to finish
-                    await instance.execute([inputs], [size])
+                    await instance.execute([request], [size])
 
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
         if self.state is not ModelState.READY or self.dispatcher is None:
@@ -222,8 +238,9 @@ class ModelEntry:
 class ModelManager:
     """Loads, swaps and unloads model versions; the only writer of which version serves."""
 
-    def __init__(self, gpus: int = 0) -> None:
+    def __init__(self, gpus: int = 0, services: Any = None) -> None:
         self.gpus = gpus
+        self.services = services  # what model code may call on (BLS, custom metrics), handed to each instance
         self.models: dict[str, ModelEntry] = {}
 
     async def load(
@@ -260,7 +277,7 @@ class ModelManager:
                 served = ServedVersion(wanted, version, path)
                 entry.loading.add(served)
                 try:
-                    await served.load(self.gpus)
+                    await served.load(self.gpus, self.services)
                 except Exception as exc:  # noqa: BLE001 - any runtime failure is a load failure with its reason
                     reason = without_folders(
                         exc.reason if isinstance(exc, LoadError) else str(exc), Path(path).parent.parent

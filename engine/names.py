@@ -3,13 +3,17 @@
 A model name is a folder name and a URL segment on every platform the store may live on, so it is refused when it
 could mean something else to a filesystem (`..`, a hidden folder, a Windows device such as `CON`, a trailing dot).
 A `file:` path of Triton's repository load is normalised first (leading and doubled slashes and `.` dropped, as
-Triton's own clients send `/1/model.py`), then refused when it climbs out of the model folder; every later decision
-(what the load is, whether it runs code) is made on the normalised path only.
+Triton's own clients send `/1/model.py`), then refused when it climbs out of the model folder or when another path
+needs it to be a folder; every later decision (what the load is, whether it runs code) is made on the normalised
+path only.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
+from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 
 from engine.errors import InvalidArgument
@@ -26,6 +30,7 @@ _DEVICE_NAMES = frozenset(
 MAX_FILE_PATH_BYTES = 1024
 MAX_FILE_NAME_BYTES = 255  # one path component, as Linux filesystems allow
 MAX_FILE_DEPTH = 8
+FILE_PREFIX = "file:"
 
 
 def model_name_problem(name: object) -> str | None:
@@ -83,14 +88,47 @@ def normalise_file_path(raw: str) -> PurePosixPath:
 
 
 def normalise_files(files: dict[str, bytes]) -> dict[PurePosixPath, bytes]:
-    """Every `file:` path normalised; two keys that name one file are refused (which content wins is a guess)."""
+    """Every `file:` path normalised; two keys that name one file are refused (which content wins is a guess), and
+    so is a file that another path needs as its folder (`1/model.py` and `1/model.py/x`)."""
     normalised: dict[PurePosixPath, bytes] = {}
+    sent_as: dict[PurePosixPath, str] = {}
     for raw, content in files.items():
         path = normalise_file_path(raw)
         if path in normalised:
             raise InvalidArgument(f"file path {_shown(raw)} names '{path}', which another file parameter names too")
         normalised[path] = content
+        sent_as[path] = raw
+    for path, raw in sent_as.items():
+        folder = next((parent for parent in path.parents if parent in normalised), None)
+        if folder is not None:
+            raise InvalidArgument(
+                f"file path {_shown(raw)} needs '{folder}' to be a folder, but file path {_shown(sent_as[folder])} "
+                "sends it as a file"
+            )
     return normalised
+
+
+def sent_files(parameters: Mapping[str, object]) -> dict[str, bytes]:
+    """The contents of a repository load's `file:<path>` parameters, by the path as sent; InvalidArgument naming the
+    parameter when one names no file or its value is not bytes (gRPC) or base64 text (HTTP's JSON, gRPC strings)."""
+    files: dict[str, bytes] = {}
+    for key, value in parameters.items():
+        if not key.startswith(FILE_PREFIX):
+            continue
+        shown = _shown(key)
+        path = key[len(FILE_PREFIX) :]
+        if not path:
+            raise InvalidArgument(f"parameter {shown} names no file")
+        if isinstance(value, bytes):
+            files[path] = value
+        elif isinstance(value, str):
+            try:
+                files[path] = base64.b64decode(value, validate=True)
+            except (binascii.Error, ValueError):
+                raise InvalidArgument(f"parameter {shown} is not valid base64") from None
+        else:
+            raise InvalidArgument(f"parameter {shown} must carry the file's contents as bytes or base64 text")
+    return files
 
 
 def _shown(value: object) -> str:

@@ -14,12 +14,14 @@ from engine import __version__, admission
 from engine.admission import SYSTEM, Principal
 from engine.config import ModelConfig
 from engine.config_format import config_to_dict, parse_config_json
+from engine.custom_metrics import CustomMetrics
 from engine.devices import gpu_count
 from engine.errors import Forbidden, InferaError, LoadError, ModelNotFound
 from engine.lifecycle import ModelManager, ModelState, ModelStatus, ServedVersion, VersionStatus
 from engine.log_settings import LogSettings
+from engine.model_services import ModelServices
 from engine.names import check_model_name, normalise_files
-from engine.repository import ModelRepository, complete_config, select_versions
+from engine.repository import ModelRepository, complete_config, resolve_config, select_versions
 from engine.settings import EngineSettings
 from engine.shared_memory import SharedMemoryRegistry
 from engine.tracing import Tracer
@@ -55,7 +57,9 @@ class InferenceServer:
     ) -> None:
         self.repository = ModelRepository(Path(repository)) if repository else None
         self.settings = settings if settings is not None else EngineSettings()
-        self.manager = ModelManager(gpus=_gpus(gpu_count))
+        self.custom_metrics = CustomMetrics()  # families model code declares (pb_utils.MetricFamily)
+        self.model_services = ModelServices(self.infer, self.model_config, self.custom_metrics)
+        self.manager = ModelManager(gpus=_gpus(gpu_count), services=self.model_services)
         self.name = self.settings.server_name
         self.version = __version__
         self.log_settings = LogSettings()  # Triton's logging extension, shared by the HTTP and gRPC front ends
@@ -70,6 +74,7 @@ class InferenceServer:
         Ready (Triton's /v2/health/ready) only once that first load is over, so a load balancer sends no
         traffic to a replica that would still answer "unknown model".
         """
+        self.model_services.bind(asyncio.get_running_loop())
         if load_models and self.repository is not None:
             for name in self.repository.model_names():
                 try:
@@ -133,6 +138,7 @@ class InferenceServer:
         check_model_name(name)
         if not caller.may_change_models:
             raise Forbidden(f"'{caller.name}' may not load models ('{name}')")
+        self.model_services.bind(asyncio.get_running_loop())
         override = config_override(name, config)
         try:
             if files:
@@ -151,6 +157,11 @@ class InferenceServer:
             if not version_paths:
                 raise LoadError(f"model '{name}' has no numeric version folder")
             latest = version_paths[max(version_paths)]
+            # completing a config may run the model's code (a python model's auto_complete_config): decide first
+            for version, given in [(max(version_paths), raw), *(version_configs or {}).items()]:
+                if version in version_paths:
+                    resolved, _ = resolve_config(name, model_dir, version_paths[version], given, override)
+                    admission.check_code(resolved, caller, self.settings)
             effective = complete_config(name, model_dir, latest, raw, override)
             if not versions:
                 selected = select_versions(effective.version_policy, sorted(version_paths))
@@ -164,6 +175,7 @@ class InferenceServer:
                 admission.check_code(checked, caller, self.settings)
                 admission.check_limits(checked, self.settings.limits)
             await self.manager.load(effective, version_paths, active_version, configs=configs)
+            self._forget_sent_files(name)  # it serves from the repository now, not from files it was sent
         except Forbidden:
             raise
         except InferaError as exc:
@@ -207,15 +219,20 @@ class InferenceServer:
         if previous is not None:
             shutil.rmtree(previous, ignore_errors=True)
 
+    def _forget_sent_files(self, name: str) -> bool:
+        """Remove the folder of files a model was loaded from, when it had one."""
+        sent = self._sent_files.pop(name, None)
+        if sent is not None:
+            shutil.rmtree(sent, ignore_errors=True)
+        return sent is not None
+
     async def unload_model(self, name: str, *, caller: Principal = SYSTEM) -> None:
         """Unload every version after in-flight requests finish; a model loaded from sent files is forgotten."""
         if not caller.may_change_models:
             raise Forbidden(f"'{caller.name}' may not unload models ('{name}')")
         await self.manager.unload(name)
-        sent = self._sent_files.pop(name, None)
-        if sent is not None:
-            shutil.rmtree(sent, ignore_errors=True)
-        if sent is not None or self.repository is None or name not in self.repository.model_names():
+        sent = self._forget_sent_files(name)
+        if sent or self.repository is None or name not in self.repository.model_names():
             self.manager.forget(name)  # nothing to show in the index: no folder in the repository
 
     def status(self, name: str) -> ModelStatus:

@@ -36,7 +36,7 @@ class InferenceRequest:
     sequence_start: bool = False
     sequence_end: bool = False
     batch_size: int = 1
-    arrival_ns: int = 0
+    arrival_ns: int = 0  # time.monotonic_ns() when it reached its model's queue
     protocol: str = "http"  # the front end it came through, for the statistics by protocol
     trace: Any = None  # an engine.tracing.Trace when this request is traced
 
@@ -50,3 +50,27 @@ class InferenceResponse:
     outputs: dict[str, np.ndarray]
     id: str = ""
     parameters: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class ModelCall:
+    """A request that model code sends to a model of this server (Triton's BLS), as plain data."""
+
+    model_name: str
+    inputs: dict[str, np.ndarray]
+    model_version: int = -1
+    requested_outputs: list[str] = field(default_factory=list)
+    parameters: dict[str, Any] = field(default_factory=dict)
+    request_id: str = ""
+    correlation_id: int | str = 0
+    flags: int = 0
+    timeout_us: int = 0
+
+
+@dataclass(slots=True)
+class ModelCallResult:
+    """One response to a ModelCall: its outputs, or the error (message and Triton error code) it failed with."""
+
+    outputs: dict[str, np.ndarray] = field(default_factory=dict)
+    error: str = ""
+    code: int = 0

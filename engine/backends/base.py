@@ -11,6 +11,7 @@ import numpy as np
 
 from engine.config import ModelConfig
 from engine.errors import LoadError
+from engine.types import InferenceRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +29,14 @@ class Device:
         return f"cuda:{self.id}" if self.is_gpu else "cpu"
 
 
+@dataclass(frozen=True, slots=True)
+class InstanceContext:
+    """Where a backend runs: its instance's Triton name, and what the engine offers model code (None in a trial)."""
+
+    instance_name: str = ""
+    services: Any = None  # an engine.model_services.ModelServices when the version serves
+
+
 class Backend(ABC):
     """One loaded model version on one device. Knows nothing of queues; one worker thread calls it.
 
@@ -38,10 +47,13 @@ class Backend(ABC):
 
     name: ClassVar[str] = ""
 
-    def __init__(self, config: ModelConfig, version_path: Path, device: Device) -> None:
+    def __init__(
+        self, config: ModelConfig, version_path: Path, device: Device, context: InstanceContext | None = None
+    ) -> None:
         self.config = config
         self.version_path = Path(version_path)
         self.device = device
+        self.context = context or InstanceContext(f"{config.name}_0_0")
 
     @property
     def model_path(self) -> Path:
@@ -64,6 +76,10 @@ class Backend(ABC):
             shown = f"{self.version_path.parent.name}/{self.version_path.name}/{self.model_path.name}"
             raise LoadError(f"model file '{shown}' not found")
         return self.model_path
+
+    def prepare_requests(self, requests: list[InferenceRequest]) -> Any:
+        """The batch `execute` takes from whole requests; tensor backends need only their inputs."""
+        return self.prepare([request.inputs for request in requests])
 
     def prepare(self, requests: list[dict[str, np.ndarray]]) -> Any:
         """Concatenate each input along the batch dimension (one request passes through untouched)."""

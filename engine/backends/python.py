@@ -1,43 +1,84 @@
-"""The python backend: a user's model.py with Triton's `TritonPythonModel` (initialize, execute, finalize).
+"""The python backend: a user's model.py with Triton's `TritonPythonModel`, in a stub process per instance.
 
-Unlike Triton, the model runs inside the server process (on its instance's worker thread), with no stub
-process and no shared-memory copies; requests reach `execute` one object each, never concatenated.
+As in Triton, each instance runs in a process of its own (engine.backends.python_stub), so a model that crashes,
+leaks or holds the GIL cannot take the server down or slow its HTTP path; tensors travel through shared memory.
+A stub that dies fails the batch it was running and is started again. A model may opt in to running inside the
+server (`parameters { key: "EXECUTION_MODE" value { string_value: "in_process" } }`): faster for tiny models,
+with none of that protection.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import json
 import logging
 import re
 import sys
-from types import ModuleType
+import threading
+import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from engine.backends import python_utils as pb_utils
 from engine.backends import register_backend
 from engine.backends.base import Backend
+from engine.backends.python_host import EngineModelHost
+from engine.backends.python_model import ModelCodeError, ModelRunner, RequestData, ResponseData, describe
+from engine.backends.python_process import StubDied, StubProcess, stub_environment
 from engine.config import ModelConfig
-from engine.config_format import config_to_dict
+from engine.config_format import config_to_dict, parse_config_json
 from engine.datatypes import config_to_wire, numpy_dtype
-from engine.errors import BackendError, LoadError
+from engine.errors import BackendError, InferaError, InvalidArgument, LoadError, NotFound, Unavailable, Unsupported
+from engine.types import InferenceRequest
 
 log = logging.getLogger("infera.engine")
 
+EXECUTION_MODE = "EXECUTION_MODE"
+IN_PROCESS = "in_process"
+PROCESS = "process"
+EXECUTION_ENV_PATH = "EXECUTION_ENV_PATH"
+LOAD_TIMEOUT_SECONDS = 300.0
+FINALIZE_TIMEOUT_SECONDS = 30.0
 _module_numbers = itertools.count()
+# request parameters the front end acts on itself; the model sees the rest, as Triton's python backend does
+PROTOCOL_PARAMETERS = frozenset({"binary_data_output"})
+# pb_utils.TritonError codes -> what the client gets for a model's error response
+_ERROR_CLASSES: dict[int, type[InferaError]] = {2: NotFound, 3: InvalidArgument, 4: Unavailable, 5: Unsupported}
 
 
-def install_python_utils() -> None:
-    """Make `import triton_python_backend_utils` find Infera's implementation."""
-    sys.modules.setdefault(pb_utils.MODULE_NAME, pb_utils)
+def execution_mode(config: ModelConfig) -> str:
+    mode = config.parameters.get(EXECUTION_MODE, PROCESS).strip().lower() or PROCESS
+    if mode not in (PROCESS, IN_PROCESS):
+        raise LoadError(f"parameter {EXECUTION_MODE} is '{mode}'; it must be '{PROCESS}' or '{IN_PROCESS}'")
+    return mode
+
+
+def interpreter(config: ModelConfig, version_path: Path) -> str:
+    """The Python a stub runs on: this server's, or the one in the model's EXECUTION_ENV_PATH environment."""
+    raw = config.parameters.get(EXECUTION_ENV_PATH, "").strip()
+    if not raw:
+        return sys.executable
+    model_dir = Path(version_path).parent.resolve()
+    folder = Path(raw.replace("$$TRITON_MODEL_DIRECTORY", str(model_dir))).resolve()
+    if not folder.is_relative_to(model_dir):
+        raise LoadError(f"{EXECUTION_ENV_PATH} must name a folder inside the model's folder, not '{raw}'")
+    if folder.suffix in (".gz", ".tgz", ".tar") or folder.is_file():
+        raise LoadError(f"{EXECUTION_ENV_PATH} '{raw}' is an archive; unpack the environment into a folder")
+    python = folder / "bin" / "python"
+    if not python.is_file():
+        raise LoadError(f"{EXECUTION_ENV_PATH} '{raw}' holds no bin/python")
+    return str(python)
+
+
+def module_name(config: ModelConfig, version_path: Path) -> str:
+    safe_name = re.sub(r"\W", "_", config.name)
+    return f"infera_model_{safe_name}_{Path(version_path).name}_{next(_module_numbers)}"
 
 
 @register_backend
 class PythonBackend(Backend):
-    """Loads model.py as a module of its own per instance and calls its TritonPythonModel."""
+    """Runs model.py's TritonPythonModel for one instance, in its stub process or (opted in) in the server."""
 
     name = "python"
 
@@ -45,98 +86,275 @@ class PythonBackend(Backend):
     def code_in(cls, config: ModelConfig) -> str | None:
         return f"{config.model_filename} runs code inside the server"
 
+    @classmethod
+    def autocomplete(cls, config: ModelConfig, version_path: Path) -> ModelConfig:
+        """Triton's `auto_complete_config(auto_complete_model_config)`, when model.py defines one."""
+        path = Path(version_path) / config.model_filename
+        try:
+            source = path.read_text(errors="replace")
+        except OSError:
+            return config  # the load reports the missing file
+        if "auto_complete_config" not in source:
+            return config  # no hook: no process started just to find none
+        given = config_to_dict(config)
+        host = EngineModelHost(config.name, f"{config.name}_autocomplete", None)
+        if execution_mode(config) == IN_PROCESS:
+            runner = ModelRunner(path, module_name(config, version_path), config.name, host)
+            try:
+                completed = runner.auto_complete(given)
+            except ModelCodeError as exc:
+                raise LoadError(str(exc)) from None
+        else:
+            stub = StubProcess(f"{config.name}-autocomplete", host, interpreter=interpreter(config, version_path))
+            try:
+                stub.start()
+                header = {"op": "auto_complete", "model_path": str(path), "model_name": config.name}
+                header["module_name"] = module_name(config, version_path)
+                reply, _ = stub.ask(dict(header, config=given), timeout=LOAD_TIMEOUT_SECONDS)
+                if reply.get("op") == "failed":
+                    raise LoadError(reply["message"])
+                completed = reply["config"]
+                stub.ask({"op": "finalize"}, timeout=FINALIZE_TIMEOUT_SECONDS)
+            except (StubDied, TimeoutError) as exc:
+                raise LoadError(
+                    f"auto_complete_config() of model '{config.name}' failed: {exc or 'timed out'}"
+                ) from None
+            finally:
+                stub.kill()
+        return parse_config_json(completed, source=f"auto_complete_config() of model '{config.name}'")
+
     def load(self) -> None:
         self.require_model_file()
-        install_python_utils()
-        safe_name = re.sub(r"\W", "_", self.config.name)
-        self.module_name = f"infera_model_{safe_name}_{self.version_path.name}_{next(_module_numbers)}"
-        self.module = self._import()
-        model_class = getattr(self.module, "TritonPythonModel", None)
-        if model_class is None:
-            self._forget_module()
-            raise LoadError(f"'{self.model_path.name}' defines no class TritonPythonModel")
-        try:
-            self.model = model_class()
-            if hasattr(self.model, "initialize"):
-                self.model.initialize(self.initialize_args())
-        except Exception as exc:
-            self._forget_module()
-            raise LoadError(f"initialize() of model '{self.config.name}' raised {_describe(exc)}") from exc
+        self.mode = execution_mode(self.config)
+        self.host = EngineModelHost(self.config.name, self.context.instance_name, self.context.services)
         self._output_names = [t.name for t in self.config.output]
-        self._version = int(self.version_path.name) if self.version_path.name.isdigit() else -1
-
-    def _import(self) -> ModuleType:
-        spec = importlib.util.spec_from_file_location(self.module_name, self.model_path)
-        if spec is None or spec.loader is None:
-            raise LoadError(f"'{self.model_path.name}' cannot be imported as a Python module")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[self.module_name] = module  # dataclasses and pickling look their module up here
+        self.restarts = 0
+        self.failure = ""  # why the stub last died
+        self._stub: StubProcess | None = None
+        self._restart_lock = threading.Lock()
+        self._closing = False
+        if self.mode == IN_PROCESS:
+            self.runner = ModelRunner(
+                self.model_path, module_name(self.config, self.version_path), self.config.name, self.host
+            )
+            try:
+                self.runner.load(self.initialize_args())
+            except ModelCodeError as exc:
+                raise LoadError(str(exc)) from None
+            return
+        self._interpreter = interpreter(self.config, self.version_path)
         try:
-            spec.loader.exec_module(module)
-        except Exception as exc:
-            self._forget_module()
-            raise LoadError(f"importing '{self.model_path.name}' raised {_describe(exc)}") from exc
-        return module
+            self._stub = self._start_stub()
+        except (StubDied, ModelCodeError) as exc:
+            raise LoadError(str(exc)) from None
 
     def initialize_args(self) -> dict[str, str]:
         """The `args` Triton passes to initialize(): every value a string, the config as JSON."""
         return {
             "model_config": json.dumps(config_to_dict(self.config)),
             "model_instance_kind": self.device.kind,
-            "model_instance_name": f"{self.config.name}_0",
+            "model_instance_name": self.context.instance_name,
             "model_instance_device_id": str(self.device.id),
             "model_repository": str(self.version_path.parent),
             "model_version": self.version_path.name,
             "model_name": self.config.name,
         }
 
-    def prepare(self, requests: list[dict[str, np.ndarray]]) -> list[pb_utils.InferenceRequest]:
-        """One request object per request: a python model sees requests, never a concatenated batch."""
-        return [
-            pb_utils.InferenceRequest(
-                [pb_utils.Tensor(name, array) for name, array in inputs.items()],
-                requested_output_names=self._output_names,
-                model_name=self.config.name,
-                model_version=self._version,
-            )
-            for inputs in requests
-        ]
+    # ---- the stub
 
-    def execute(self, batch: list[pb_utils.InferenceRequest]) -> list[dict[str, np.ndarray]]:
+    def _start_stub(self) -> StubProcess:
+        label = re.sub(r"[^\w.-]", "_", self.context.instance_name)
+        stub = StubProcess(
+            label,
+            self.host,
+            interpreter=self._interpreter,
+            environment=stub_environment(self.device.kind, self.device.id),
+            cwd=self.version_path,
+            on_death=self._stub_died,
+        )
+        stub.start()
         try:
-            responses = self.model.execute(batch)
-        except Exception as exc:
-            raise BackendError(f"model '{self.config.name}' raised {_describe(exc)}") from exc
-        if not isinstance(responses, (list, tuple)) or len(responses) != len(batch):
-            count = len(responses) if isinstance(responses, (list, tuple)) else type(responses).__name__
-            raise BackendError(
-                f"execute() of model '{self.config.name}' must return one response per request "
-                f"({len(batch)}), got {count}"
+            reply, _ = stub.ask(
+                {
+                    "op": "load",
+                    "model_path": str(self.model_path),
+                    "module_name": module_name(self.config, self.version_path),
+                    "model_name": self.config.name,
+                    "args": self.initialize_args(),
+                },
+                timeout=LOAD_TIMEOUT_SECONDS,
             )
+        except TimeoutError:
+            stub.kill()
+            raise StubDied(
+                f"initialize() of model '{self.config.name}' took longer than {LOAD_TIMEOUT_SECONDS:.0f} s"
+            ) from None
+        except StubDied as exc:
+            stub.kill()
+            raise StubDied(f"loading model '{self.config.name}' failed: {exc.reason}") from None
+        if reply.get("op") == "failed":
+            stub.kill()
+            raise ModelCodeError(reply["message"])
+        return stub
+
+    def _stub_died(self, reason: str) -> None:
+        """From the stub's reader thread: note why, and start a new stub unless the version is leaving."""
+        self.failure = reason
+        log.warning(
+            "instance '%s' of model '%s' failed: %s; restarting it",
+            self.context.instance_name,
+            self.config.name,
+            reason,
+        )
+        if not self._closing:
+            threading.Thread(
+                target=self._restart, name=f"infera-restart-{self.context.instance_name}", daemon=True
+            ).start()
+
+    def _restart(self) -> StubProcess | None:
+        with self._restart_lock:
+            if self._closing:
+                return None
+            if self._stub is not None and self._stub.dead is None:
+                return self._stub  # another thread restarted it already
+            if self._stub is not None:
+                self._stub.wait(timeout=5)
+            try:
+                self._stub = self._start_stub()
+            except (StubDied, ModelCodeError) as exc:
+                self._stub = None
+                self.failure = f"restarting failed: {exc}"
+                log.error("instance '%s' of model '%s': %s", self.context.instance_name, self.config.name, self.failure)
+                return None
+            self.restarts += 1
+            log.info("instance '%s' of model '%s' restarted", self.context.instance_name, self.config.name)
+            return self._stub
+
+    def _live_stub(self) -> StubProcess:
+        stub = self._stub
+        if stub is None or stub.dead is not None:
+            stub = self._restart()
+        if stub is None:
+            raise BackendError(
+                f"instance '{self.context.instance_name}' of model '{self.config.name}' is not running: {self.failure}"
+            )
+        return stub
+
+    # ---- execution
+
+    def prepare_requests(self, requests: list[InferenceRequest]) -> list[tuple[RequestData, float | None]]:
+        """One request object per request (a python model sees requests, never a concatenated batch)."""
+        prepared = []
+        for request in requests:
+            wanted = [o.name for o in request.requested_outputs] if request.requested_outputs else self._output_names
+            data = RequestData(
+                inputs=request.inputs,
+                requested_outputs=wanted,
+                request_id=request.id,
+                parameters=json.dumps(
+                    {k: v for k, v in request.parameters.items() if k not in PROTOCOL_PARAMETERS}, default=str
+                ),
+                correlation_id=request.sequence_id,
+                flags=(1 if request.sequence_start else 0) | (2 if request.sequence_end else 0),
+            )
+            deadline = (
+                (request.arrival_ns or time.monotonic_ns()) + request.timeout_us * 1000 if request.timeout_us else None
+            )
+            prepared.append((data, deadline))
+        return prepared
+
+    def prepare(self, requests: list[dict[str, np.ndarray]]) -> list[tuple[RequestData, float | None]]:
+        return [(RequestData(inputs=inputs, requested_outputs=self._output_names), None) for inputs in requests]
+
+    def execute(self, batch: list[tuple[RequestData, float | None]]) -> list[dict[str, np.ndarray] | InferaError]:
+        requests = [data for data, _ in batch]
+        try:
+            if self.mode == IN_PROCESS:
+                responses = self.runner.execute(requests)
+            else:
+                deadlines = [deadline for _, deadline in batch]
+                limit = max(deadlines) if deadlines and all(d is not None for d in deadlines) else None
+                responses = self._execute_in_stub(requests, limit)
+        except ModelCodeError as exc:
+            raise BackendError(str(exc)) from None
         return [self._outputs_of(response) for response in responses]
 
-    def _outputs_of(self, response: Any) -> dict[str, np.ndarray]:
-        if not isinstance(response, pb_utils.InferenceResponse):
-            raise BackendError(
-                f"execute() of model '{self.config.name}' returned a {type(response).__name__}, "
-                "not a pb_utils.InferenceResponse"
+    def _execute_in_stub(self, requests: list[RequestData], deadline_ns: float | None) -> list[ResponseData]:
+        stub = self._live_stub()
+        if stub.channel is not None:
+            stub.channel.reset()  # the stub copied every tensor of the previous batch before it answered
+        arrays: list[np.ndarray] = []
+        entries = []
+        for data in requests:
+            names = list(data.inputs)
+            arrays += [data.inputs[name] for name in names]
+            entries.append(
+                {
+                    "inputs": names,
+                    "requested": data.requested_outputs,
+                    "request_id": data.request_id,
+                    "parameters": data.parameters,
+                    "correlation_id": data.correlation_id,
+                    "flags": data.flags,
+                }
             )
-        if response.has_error():
-            raise BackendError(f"model '{self.config.name}' failed: {response.error().message()}")
-        outputs = {}
-        for tensor in response.output_tensors():
-            outputs[tensor.name()] = self._as_config_type(tensor.name(), tensor.as_numpy())
-        return outputs
+        timeout = None if deadline_ns is None else max((deadline_ns - time.monotonic_ns()) / 1e9, 0.0)
+        try:
+            reply, outputs = stub.ask({"op": "execute", "requests": entries}, arrays, timeout=timeout)
+        except StubDied as exc:
+            raise BackendError(
+                f"model '{self.config.name}' instance '{self.context.instance_name}' failed: {exc.reason} while "
+                "running this request; the instance is being restarted"
+            ) from None
+        except TimeoutError:
+            self._kill_for_timeout(stub)
+            raise Unavailable(
+                f"inference request for model '{self.config.name}' timed out while the model ran it; "
+                f"instance '{self.context.instance_name}' was stopped and is being restarted"
+            ) from None
+        if reply.get("op") == "failed":
+            raise ModelCodeError(reply["message"])
+        responses = []
+        position = 0
+        for entry in reply["responses"]:
+            names = entry["outputs"]
+            responses.append(
+                ResponseData(
+                    dict(zip(names, outputs[position : position + len(names)], strict=True)),
+                    entry.get("error", ""),
+                    int(entry.get("code", 0)),
+                )
+            )
+            position += len(names)
+        return responses
 
-    def _as_config_type(self, name: str, array: np.ndarray) -> np.ndarray:
+    def _kill_for_timeout(self, stub: StubProcess) -> None:
+        """A batch whose every request is past its deadline: stop the model and start it again."""
+        stub.kill()
+        self.failure = "a request timed out while the model ran it"
+        threading.Thread(target=self._restart, name=f"infera-restart-{self.context.instance_name}", daemon=True).start()
+
+    def _outputs_of(self, response: ResponseData) -> dict[str, np.ndarray] | InferaError:
+        if response.error:
+            error_class = _ERROR_CLASSES.get(response.code, BackendError)
+            return error_class(response.error)
+        try:
+            return {name: self._as_config_type(name, array) for name, array in response.outputs.items()}
+        except BackendError as exc:
+            return exc
+
+    def _as_config_type(self, name: str, array: Any) -> np.ndarray:
         """The output as the engine carries it (BYTES as object arrays of bytes), checked against the config."""
+        if not isinstance(array, np.ndarray):
+            raise BackendError(
+                f"output '{name}' of model '{self.config.name}' is a {type(array).__name__}, not an array"
+            )
         declared = self.config.output_named(name)
         if array.dtype.kind in "OSU":
             array = _bytes_array(array)
         if declared is None:
             return array
-        wire = config_to_wire(declared.data_type)
-        expected = numpy_dtype(wire)
+        expected = numpy_dtype(config_to_wire(declared.data_type))
         if array.dtype != expected:
             actual = "BYTES" if array.dtype.kind == "O" else str(array.dtype)
             raise BackendError(
@@ -144,26 +362,36 @@ class PythonBackend(Backend):
             )
         return array
 
-    def split(self, outputs: list[dict[str, np.ndarray]], batch_sizes: list[int]) -> list[dict[str, np.ndarray]]:
-        """Already one dict per request."""
+    def split(self, outputs: list[Any], batch_sizes: list[int]) -> list[Any]:
+        """Already one entry per request."""
         return outputs
 
     def unload(self) -> None:
-        model = getattr(self, "model", None)
-        if model is not None and hasattr(model, "finalize"):
+        self._closing = True
+        if getattr(self, "mode", None) == IN_PROCESS:
             try:
-                model.finalize()
-            except Exception as exc:  # unloading goes on: the version is leaving either way
-                log.warning("finalize() of model '%s' raised %s", self.config.name, _describe(exc))
-        self.model = None
-        self._forget_module()
-
-    def _forget_module(self) -> None:
-        sys.modules.pop(getattr(self, "module_name", ""), None)
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
+                self.runner.finalize()
+            except Exception as exc:  # noqa: BLE001 - unloading goes on: the version is leaving either way
+                log.warning("finalize() of model '%s' raised %s", self.config.name, describe(exc))
+        else:
+            with getattr(self, "_restart_lock", threading.Lock()):
+                stub = getattr(self, "_stub", None)
+                if stub is not None and stub.dead is None:
+                    stub.closing = True  # the stub exits after finalize: that is no failure
+                    try:
+                        reply, _ = stub.ask({"op": "finalize"}, timeout=FINALIZE_TIMEOUT_SECONDS)
+                        if reply.get("op") == "failed":
+                            log.warning("finalize() of model '%s' failed: %s", self.config.name, reply["message"])
+                    except (StubDied, TimeoutError):
+                        log.warning("finalize() of model '%s' did not finish; its stub was stopped", self.config.name)
+                if stub is not None:
+                    stub.closing = True
+                    stub.wait(timeout=5)
+                    stub.kill()
+                self._stub = None
+        host = getattr(self, "host", None)
+        if host is not None:
+            host.release()
 
 
 def _bytes_array(array: np.ndarray) -> np.ndarray:

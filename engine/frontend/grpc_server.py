@@ -9,7 +9,6 @@ grpc.health.v1 (the server, and each model by its name) and server reflection.
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -26,9 +25,9 @@ from engine.errors import InferaError, InvalidArgument
 from engine.frontend import extensions
 from engine.frontend.handlers import RepositoryControl
 from engine.frontend.routes import parse_version
-from engine.names import check_model_name, normalise_files
+from engine.names import check_model_name, normalise_files, sent_files
 from engine.proto import grpc_messages as messages
-from engine.protocol.grpc_codec import decode_grpc_request, encode_grpc_response, parameter_value
+from engine.protocol.grpc_codec import decode_grpc_request, encode_grpc_response, parameter_value, parameters_of
 from engine.server import EXTENSIONS
 from engine.settings import GrpcSettings
 
@@ -307,21 +306,12 @@ class GrpcFrontEnd:
     async def rpc_RepositoryModelLoad(self, request: Any, call: Call, response: type) -> Any:  # noqa: N802
         name = check_model_name(request.model_name)
         self._check_may_change(call.principal, name)
-        config: Any = None
-        files: dict[str, bytes] = {}
-        for key, parameter in request.parameters.items():
-            value = parameter_value(parameter)
-            if key == "config":
-                if not isinstance(value, str):
-                    raise InvalidArgument(f"failed to load '{name}': parameter 'config' must be a JSON string")
-                config = value
-            elif key.startswith("file:"):
-                if not isinstance(value, bytes | str) or not key[len("file:") :]:
-                    raise InvalidArgument(
-                        f"failed to load '{name}': parameter '{key}' must name a file and carry bytes"
-                    )
-                files[key[len("file:") :]] = value if isinstance(value, bytes) else base64.b64decode(value)
+        parameters = parameters_of(request.parameters)
+        config = parameters.get("config")
+        if "config" in parameters and not isinstance(config, str):
+            raise InvalidArgument(f"failed to load '{name}': parameter 'config' must be a JSON string")
         try:
+            files = sent_files(parameters)
             normalised = normalise_files(files) if files else None
         except InvalidArgument as exc:
             raise InvalidArgument(f"failed to load '{name}': {exc.message}") from None

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import time
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
@@ -17,7 +15,7 @@ from engine.config import ModelConfig
 from engine.errors import InferaError, InvalidArgument
 from engine.frontend import extensions
 from engine.frontend.routes import Route, parse_version
-from engine.names import check_model_name, normalise_files
+from engine.names import check_model_name, normalise_files, sent_files
 from engine.protocol import (
     choose_response_encoding,
     compress_body,
@@ -33,7 +31,6 @@ from engine.types import InferenceRequest
 
 JSON = b"application/json"
 OCTET_STREAM = b"application/octet-stream"
-FILE_PREFIX = "file:"
 # bodies up to this size decode on the event loop (cheaper than a thread hop); larger ones on a worker thread
 DECODE_ON_LOOP_BYTES = 256 * 1024
 
@@ -208,18 +205,8 @@ async def repository_load(server: InferenceServer, incoming: Incoming) -> Reply:
     config = parameters.get("config")
     if config is not None and not isinstance(config, str | dict):
         raise InvalidArgument(f"failed to load '{name}': parameter 'config' must be a JSON string")
-    files: dict[str, bytes] = {}
-    for key, value in parameters.items():
-        if not key.startswith(FILE_PREFIX):
-            continue
-        path = key[len(FILE_PREFIX) :]
-        if not path or not isinstance(value, str):
-            raise InvalidArgument(f"failed to load '{name}': parameter '{key}' must name a file and carry base64")
-        try:
-            files[path] = base64.b64decode(value, validate=True)
-        except (binascii.Error, ValueError):
-            raise InvalidArgument(f"failed to load '{name}': parameter '{key}' is not valid base64") from None
     try:
+        files = sent_files(parameters)
         normalised = normalise_files(files) if files else None
     except InvalidArgument as exc:
         raise InvalidArgument(f"failed to load '{name}': {exc.message}") from None

@@ -88,6 +88,7 @@ class EngineCollector(Collector):
             pending.add_sample(pending.name, _model_labels(version), version.stats.pending)
         yield pending
         yield from _device_families(self._device_dict())
+        yield from self.server.custom_metrics.collect()
 
     def _device_dict(self) -> dict[str, Any]:
         """The sampler's newest device sample when fresh; otherwise a reading taken now."""

@@ -1,8 +1,9 @@
-"""The python backend: real model.py files written by the test, loaded and run in process."""
+"""The python backend: real model.py files written by the test, run in a stub process and (opted in) in process."""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import textwrap
 
@@ -12,7 +13,7 @@ import pytest
 from engine.backends import Device, get_backend
 from engine.backends.python import PythonBackend
 from engine.config import ModelConfig
-from engine.errors import BackendError, LoadError
+from engine.errors import BackendError, InvalidArgument, LoadError
 from tests.engine.model_factory import (
     make_python_model,
     make_simple_string,
@@ -41,10 +42,24 @@ def fp32_config(name: str) -> ModelConfig:
     return python_config(name, [("X", "TYPE_FP32", [4])], [("Y", "TYPE_FP32", [4])])
 
 
-def loaded(model_dir, config: ModelConfig, device: Device | None = None) -> PythonBackend:
+@pytest.fixture(params=["process", "in_process"])
+def mode(request) -> str:
+    return request.param
+
+
+def loaded(model_dir, config: ModelConfig, device: Device | None = None, mode: str = "process") -> PythonBackend:
+    config.parameters["EXECUTION_MODE"] = mode
     backend = PythonBackend(config, model_dir / "1", device or Device())
     backend.load()
     return backend
+
+
+@pytest.fixture
+def unload_after():
+    backends: list[PythonBackend] = []
+    yield backends.append
+    for backend in backends:
+        backend.unload()
 
 
 def run(backend: PythonBackend, requests: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
@@ -59,8 +74,9 @@ def test_it_is_the_registered_python_backend():
     assert get_backend("python") is PythonBackend
 
 
-def test_it_round_trips_bytes_as_decimal_strings(tmp_path):
-    backend = loaded(make_simple_string(tmp_path), simple_string_config())
+def test_it_round_trips_bytes_as_decimal_strings(tmp_path, mode, unload_after):
+    backend = loaded(make_simple_string(tmp_path), simple_string_config(), mode=mode)
+    unload_after(backend)
     requests = [{"INPUT0": numbers(range(i, i + 16)), "INPUT1": numbers([i] * 16)} for i in (1, 40)]
     results = run(backend, requests)
     for i, result in zip((1, 40), results, strict=True):
@@ -69,46 +85,67 @@ def test_it_round_trips_bytes_as_decimal_strings(tmp_path):
         assert result["OUTPUT1"].tolist() == numbers(range(16)).tolist()
 
 
-def test_it_gives_each_request_its_own_outputs(tmp_path):
-    backend = loaded(
-        make_python_model(tmp_path, "add_one", FP32_ADD_ONE, fp32_config("add_one")), fp32_config("add_one")
-    )
+def test_it_gives_each_request_its_own_outputs(tmp_path, mode, unload_after):
+    config = fp32_config("add_one")
+    backend = loaded(make_python_model(tmp_path, "add_one", FP32_ADD_ONE, config), config, mode=mode)
+    unload_after(backend)
     requests = [{"X": np.full((size, 4), size, np.float32)} for size in (1, 3)]
     results = run(backend, requests)
     assert [r["Y"].shape for r in results] == [(1, 4), (3, 4)]
     np.testing.assert_array_equal(results[1]["Y"], np.full((3, 4), 4, np.float32))
 
 
-def test_it_passes_tritons_initialize_args(tmp_path):
-    source = textwrap.dedent(
-        """
-        import json
-        import triton_python_backend_utils as pb_utils
-
-        SEEN = {}
+WRITES_ITS_ARGS = textwrap.dedent(
+    """
+    import json
+    import os
+    import triton_python_backend_utils as pb_utils
 
 
-        class TritonPythonModel:
-            def initialize(self, args):
-                SEEN.update(args)
-                config = json.loads(args["model_config"])
-                SEEN["output_type"] = pb_utils.get_output_config_by_name(config, "Y")["data_type"]
-                SEEN["numpy_type"] = pb_utils.triton_string_to_numpy(SEEN["output_type"])
+    class TritonPythonModel:
+        def initialize(self, args):
+            seen = dict(args)
+            config = json.loads(args["model_config"])
+            seen["output_type"] = pb_utils.get_output_config_by_name(config, "Y")["data_type"]
+            seen["numpy_type"] = pb_utils.triton_string_to_numpy(seen["output_type"]).__name__
+            seen["pid"] = os.getpid()
+            with open(os.path.join(args["model_repository"], "seen.json"), "w") as file:
+                json.dump(seen, file)
 
-            def execute(self, requests):
-                return [pb_utils.InferenceResponse([]) for _ in requests]
-        """
-    )
-    backend = loaded(make_python_model(tmp_path, "args", source, fp32_config("args")), fp32_config("args"))
-    seen = backend.module.SEEN
+        def execute(self, requests):
+            return [pb_utils.InferenceResponse([]) for _ in requests]
+
+        def finalize(self):
+            with open(os.path.join(os.path.dirname(__file__), "..", "finalized"), "a") as file:
+                file.write("yes")
+    """
+)
+
+
+def test_it_passes_tritons_initialize_args(tmp_path, mode, unload_after):
+    model_dir = make_python_model(tmp_path, "args", WRITES_ITS_ARGS, fp32_config("args"))
+    unload_after(loaded(model_dir, fp32_config("args"), mode=mode))
+    seen = json.loads((model_dir / "seen.json").read_text())
     assert json.loads(seen["model_config"])["name"] == "args"
     assert (seen["model_name"], seen["model_version"], seen["model_instance_kind"]) == ("args", "1", "CPU")
-    assert seen["model_instance_device_id"] == "0"
+    assert (seen["model_instance_device_id"], seen["model_instance_name"]) == ("0", "args_0_0")
     assert seen["model_repository"] == str(tmp_path / "args")
-    assert (seen["output_type"], seen["numpy_type"]) == ("TYPE_FP32", np.float32)
+    assert (seen["output_type"], seen["numpy_type"]) == ("TYPE_FP32", "float32")
 
 
-def test_it_shows_requests_their_inputs_and_requested_outputs(tmp_path):
+def test_it_runs_each_instance_in_a_process_of_its_own_unless_told_otherwise(tmp_path, mode):
+    model_dir = make_python_model(tmp_path, "where", WRITES_ITS_ARGS, fp32_config("where"))
+    backend = loaded(model_dir, fp32_config("where"), mode=mode)
+    pid = json.loads((model_dir / "seen.json").read_text())["pid"]
+    assert (pid != os.getpid()) == (mode == "process")
+    backend.unload()
+    assert (model_dir / "finalized").read_text() == "yes"
+    if mode == "process":
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)  # the stub is gone with its instance
+
+
+def test_it_shows_requests_their_inputs_and_requested_outputs(tmp_path, mode, unload_after):
     source = textwrap.dedent(
         """
         import numpy as np
@@ -126,12 +163,13 @@ def test_it_shows_requests_their_inputs_and_requested_outputs(tmp_path):
                 return responses
         """
     )
-    backend = loaded(make_python_model(tmp_path, "names", source), simple_string_config("names"))
+    backend = loaded(make_python_model(tmp_path, "names", source), simple_string_config("names"), mode=mode)
+    unload_after(backend)
     [result] = run(backend, [{"INPUT0": numbers(range(16)), "INPUT1": numbers(range(16))}])
     assert result["OUTPUT0"][0, 0] == b"INPUT0,INPUT1|OUTPUT0,OUTPUT1"
 
 
-def test_it_turns_str_outputs_into_bytes(tmp_path):
+def test_it_turns_str_outputs_into_bytes(tmp_path, mode, unload_after):
     source = textwrap.dedent(
         """
         import numpy as np
@@ -144,47 +182,64 @@ def test_it_turns_str_outputs_into_bytes(tmp_path):
                 return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", out)]) for _ in requests]
         """
     )
-    backend = loaded(make_python_model(tmp_path, "text", source), simple_string_config("text"))
+    backend = loaded(make_python_model(tmp_path, "text", source), simple_string_config("text"), mode=mode)
+    unload_after(backend)
     [result] = run(backend, [{"INPUT0": numbers(range(16)), "INPUT1": numbers(range(16))}])
     assert result["OUTPUT0"].dtype == object and result["OUTPUT0"][0, 0] == "é".encode()
 
 
-def test_it_turns_an_exception_in_execute_into_a_backend_error(tmp_path):
+def test_it_turns_an_exception_in_execute_into_a_backend_error(tmp_path, mode, unload_after):
     source = "class TritonPythonModel:\n    def execute(self, requests):\n        raise ValueError('bad numbers')\n"
-    backend = loaded(make_python_model(tmp_path, "raises", source), simple_string_config("raises"))
+    backend = loaded(make_python_model(tmp_path, "raises", source), simple_string_config("raises"), mode=mode)
+    unload_after(backend)
     with pytest.raises(BackendError, match="model 'raises' raised ValueError: bad numbers"):
         run(backend, [{"INPUT0": numbers(range(16)), "INPUT1": numbers(range(16))}])
 
 
-def test_it_fails_the_batch_when_a_response_carries_an_error(tmp_path):
+def test_it_fails_only_the_request_whose_response_carries_an_error(tmp_path, mode, unload_after):
     source = textwrap.dedent(
         """
+        import numpy as np
         import triton_python_backend_utils as pb_utils
 
 
         class TritonPythonModel:
             def execute(self, requests):
-                error = pb_utils.TritonError("INPUT0 must be positive")
-                return [pb_utils.InferenceResponse(error=error) for _ in requests]
+                responses = []
+                for request in requests:
+                    x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+                    if (x < 0).any():
+                        error = pb_utils.TritonError("X must be positive", pb_utils.TritonError.INVALID_ARG)
+                        responses.append(pb_utils.InferenceResponse(error=error))
+                    else:
+                        responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", x)]))
+                return responses
         """
     )
-    backend = loaded(make_python_model(tmp_path, "refuses", source), simple_string_config("refuses"))
-    with pytest.raises(BackendError, match="model 'refuses' failed: INPUT0 must be positive"):
-        run(backend, [{"INPUT0": numbers(range(16)), "INPUT1": numbers(range(16))}])
+    config = fp32_config("refuses")
+    backend = loaded(make_python_model(tmp_path, "refuses", source, config), config, mode=mode)
+    unload_after(backend)
+    good, bad = run(backend, [{"X": np.ones((1, 4), np.float32)}, {"X": -np.ones((1, 4), np.float32)}])
+    np.testing.assert_array_equal(good["Y"], np.ones((1, 4), np.float32))
+    assert isinstance(bad, InvalidArgument) and bad.message == "X must be positive"
 
 
-def test_it_insists_on_one_response_per_request(tmp_path):
+def test_it_insists_on_one_response_per_request(tmp_path, mode, unload_after):
     source = "class TritonPythonModel:\n    def execute(self, requests):\n        return []\n"
-    backend = loaded(make_python_model(tmp_path, "none", source), simple_string_config("none"))
+    backend = loaded(make_python_model(tmp_path, "none", source), simple_string_config("none"), mode=mode)
+    unload_after(backend)
     with pytest.raises(BackendError, match=r"must return one response per request \(1\), got 0"):
         run(backend, [{"INPUT0": numbers(range(16)), "INPUT1": numbers(range(16))}])
 
 
-def test_it_checks_output_types_against_the_config(tmp_path):
+def test_it_checks_output_types_against_the_config(tmp_path, mode, unload_after):
     source = FP32_ADD_ONE.replace(".astype(np.float32)", ".astype(np.float64)")
-    backend = loaded(make_python_model(tmp_path, "wide", source, fp32_config("wide")), fp32_config("wide"))
-    with pytest.raises(BackendError, match="output 'Y' of model 'wide' is float64, the config says TYPE_FP32"):
-        run(backend, [{"X": np.zeros((1, 4), np.float32)}])
+    config = fp32_config("wide")
+    backend = loaded(make_python_model(tmp_path, "wide", source, config), config, mode=mode)
+    unload_after(backend)
+    [result] = run(backend, [{"X": np.zeros((1, 4), np.float32)}])
+    assert isinstance(result, BackendError)
+    assert result.message == "output 'Y' of model 'wide' is float64, the config says TYPE_FP32"
 
 
 @pytest.mark.parametrize(
@@ -198,38 +253,26 @@ def test_it_checks_output_types_against_the_config(tmp_path):
         ),
     ],
 )
-def test_it_fails_the_load_with_the_reason(tmp_path, source, message):
+def test_it_fails_the_load_with_the_reason(tmp_path, source, message, mode):
     model_dir = make_python_model(tmp_path, "broken", source)
     with pytest.raises(LoadError, match=message):
-        loaded(model_dir, simple_string_config("broken"))
+        loaded(model_dir, simple_string_config("broken"), mode=mode)
     assert not [name for name in sys.modules if name.startswith("infera_model_broken_")]
 
 
-def test_it_keeps_instances_apart_and_finalizes_on_unload(tmp_path):
-    source = textwrap.dedent(
-        """
-        FINALIZED = []
-
-
-        class TritonPythonModel:
-            def execute(self, requests):
-                return []
-
-            def finalize(self):
-                FINALIZED.append(True)
-        """
-    )
+def test_it_keeps_in_process_instances_apart_and_forgets_their_modules(tmp_path):
+    source = "class TritonPythonModel:\n    def execute(self, requests):\n        return []\n"
     model_dir = make_python_model(tmp_path, "twice", source)
-    first, second = loaded(model_dir, simple_string_config("twice")), loaded(model_dir, simple_string_config("twice"))
-    assert first.module is not second.module
-    finalized = first.module.FINALIZED
+    first = loaded(model_dir, simple_string_config("twice"), mode="in_process")
+    second = loaded(model_dir, simple_string_config("twice"), mode="in_process")
+    assert first.runner.module is not second.runner.module
     first.unload()
-    assert finalized == [True] and second.module.FINALIZED == []
-    assert first.module_name not in sys.modules and second.module_name in sys.modules
+    assert first.runner.module_name not in sys.modules and second.runner.module_name in sys.modules
     second.unload()
 
 
-def test_it_tells_a_gpu_instance_its_kind_and_device(tmp_path):
-    source = "class TritonPythonModel:\n    def initialize(self, args):\n        self.args = args\n"
-    backend = loaded(make_python_model(tmp_path, "gpu", source), simple_string_config("gpu"), Device("GPU", 1))
-    assert (backend.model.args["model_instance_kind"], backend.model.args["model_instance_device_id"]) == ("GPU", "1")
+def test_it_tells_a_gpu_instance_its_kind_and_device(tmp_path, mode, unload_after):
+    model_dir = make_python_model(tmp_path, "gpu", WRITES_ITS_ARGS, fp32_config("gpu"))
+    unload_after(loaded(model_dir, fp32_config("gpu"), Device("GPU", 1), mode=mode))
+    seen = json.loads((model_dir / "seen.json").read_text())
+    assert (seen["model_instance_kind"], seen["model_instance_device_id"]) == ("GPU", "1")

@@ -163,12 +163,16 @@ def _ready(port: int) -> bool:
 
 
 @contextmanager
-def running_server(kind: str, repo: Path, log_path: Path) -> Iterator[str]:
-    """Start `kind` (uvicorn or daphne) on the standalone app; yield its `host:port`; stop it afterwards."""
+def running_server(kind: str, repo: Path, log_path: Path, extra_env: dict[str, str] | None = None) -> Iterator[str]:
+    """Start `kind` (uvicorn or daphne) on the standalone app; yield its `host:port`; stop it afterwards.
+
+    `extra_env` adds to (or replaces) what the process finds in its environment: a TMPDIR, a gRPC port.
+    """
     port = free_port()
     env = dict(os.environ, INFERA_MODEL_REPOSITORY=str(repo), INFERA_MAX_BODY_BYTES=str(SERVER_BODY_LIMIT))
     env["INFERA_OPEN_REPOSITORY_CONTROL"] = "true"  # the engine alone, driven as Triton is: anyone may load
     env["INFERA_GRPC_PORT"] = "0"  # its gRPC front end is tested in process (test_grpc.py)
+    env.update(extra_env or {})
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     with open(log_path, "wb") as log:
         process = subprocess.Popen(_command(kind, port), cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)

@@ -86,6 +86,7 @@ async def test_an_unload_stops_a_long_warm_up(tmp_path):
     many_warmups = (
         'model_warmup { name: "w" batch_size: 1 count: 1000 '
         'inputs { key: "INPUT0" value: { data_type: TYPE_FP32 dims: [1] zero_data: true } } }\n'
+        'parameters { key: "EXECUTION_MODE" value { string_value: "in_process" } }\n'  # the gate is in this process
     )
     make_python_model(tmp_path, "slow", SLOW_WARMUP, config, extra_config=many_warmups)
     server = InferenceServer(tmp_path, gpu_count=0)

@@ -82,5 +82,5 @@ def test_a_trial_past_its_memory_is_refused(tmp_path):
 
 
 def test_a_trial_that_kills_its_process_is_a_load_failure(tmp_path):
-    with pytest.raises(LoadError, match="crashed \\(SIGSEGV\\)|exit status 3"):
+    with pytest.raises(LoadError, match="crashed \\(SIGSEGV\\)|exit status 3|exited with code 3"):
         trial(python_model(tmp_path / "repo", "os._exit(3)"))

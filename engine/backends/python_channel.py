@@ -1,0 +1,178 @@
+"""The link between the server and a python model's stub process: JSON headers on a socket, tensors in shared memory.
+
+Each side writes tensors into its own memfd region (a bump allocator the writer resets at the start of each
+execute) and sends a header that says where they are; the reader copies them out as soon as the header arrives,
+so a region is free again once the other side has answered. Nothing is pickled: a stub runs model code, and the
+server must never unpickle what it sends.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import socket
+import struct
+import threading
+from typing import Any
+
+import numpy as np
+
+from engine.datatypes import numpy_dtype, wire_type_of
+
+_LENGTH = struct.Struct("<I")
+MAX_HEADER_BYTES = 64 << 20
+INITIAL_REGION_BYTES = 1 << 20
+_ALIGN = 64
+
+
+class ChannelClosed(Exception):
+    """The other side went away (it exited, crashed or closed the link)."""
+
+
+class Region:
+    """A shared memory file both processes map; the writer grows it, the reader follows."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._map: mmap.mmap | None = None
+        self._mapped = 0
+
+    @classmethod
+    def create(cls, name: str, size: int = INITIAL_REGION_BYTES) -> Region:
+        fd = os.memfd_create(name, os.MFD_CLOEXEC)
+        os.ftruncate(fd, size)
+        return cls(fd)
+
+    def view(self, end: int) -> memoryview:
+        """The region mapped at least up to `end` (remapped when the writer grew it)."""
+        if self._map is None or end > self._mapped:
+            size = os.fstat(self.fd).st_size
+            if end > size:
+                raise ChannelClosed(f"a tensor ends at byte {end}, past the shared region's {size} bytes")
+            if self._map is not None:
+                self._map.close()
+            self._map = mmap.mmap(self.fd, size)
+            self._mapped = size
+        return memoryview(self._map)
+
+    def grow(self, end: int) -> None:
+        size = os.fstat(self.fd).st_size
+        if end > size:
+            new_size = max(end, size * 2)
+            os.ftruncate(self.fd, new_size)
+
+    def close(self) -> None:
+        if self._map is not None:
+            try:
+                self._map.close()
+            except BufferError:  # a view is still alive somewhere; the mapping goes with the process
+                pass
+            self._map = None
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
+
+
+class Channel:
+    """One side of the link: `send` from any thread, `receive` from one reader thread."""
+
+    def __init__(self, sock: socket.socket, outgoing: Region, incoming: Region) -> None:
+        self.sock = sock
+        self.outgoing = outgoing
+        self.incoming = incoming
+        self._send_lock = threading.Lock()
+        self._used = 0
+
+    def reset(self) -> None:
+        """Start writing tensors at the region's start again (the other side has copied what it was sent)."""
+        with self._send_lock:
+            self._used = 0
+
+    def send(self, header: dict[str, Any], arrays: list[np.ndarray] | tuple[()] = ()) -> None:
+        with self._send_lock:
+            if arrays:
+                header = dict(header, arrays=[self._write(array) for array in arrays])
+            data = json.dumps(header, separators=(",", ":")).encode()
+            try:
+                self.sock.sendall(_LENGTH.pack(len(data)) + data)
+            except OSError as exc:
+                raise ChannelClosed(str(exc)) from None
+
+    def receive(self) -> tuple[dict[str, Any], list[np.ndarray]]:
+        (length,) = _LENGTH.unpack(self._read_exactly(_LENGTH.size))
+        if length > MAX_HEADER_BYTES:
+            raise ChannelClosed(f"a message header of {length} bytes is over the limit")
+        header = json.loads(self._read_exactly(length))
+        arrays = [self._read(descriptor) for descriptor in header.pop("arrays", [])]
+        return header, arrays
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        finally:
+            self.outgoing.close()
+            self.incoming.close()
+
+    def _read_exactly(self, count: int) -> bytes:
+        data = bytearray()
+        while len(data) < count:
+            try:
+                chunk = self.sock.recv(count - len(data))
+            except OSError as exc:
+                raise ChannelClosed(str(exc)) from None
+            if not chunk:
+                raise ChannelClosed("the other side closed the link")
+            data += chunk
+        return bytes(data)
+
+    def _write(self, array: np.ndarray) -> dict[str, Any]:
+        wire = wire_type_of(array)
+        payload = _bytes_payload(array) if wire == "BYTES" else np.ascontiguousarray(array)
+        nbytes = len(payload) if wire == "BYTES" else payload.nbytes
+        offset = self._used
+        end = offset + nbytes
+        self.outgoing.grow(end)
+        view = self.outgoing.view(end)
+        if wire == "BYTES":
+            view[offset:end] = payload
+        else:
+            view[offset:end] = payload.reshape(-1).view(np.uint8)
+        view.release()
+        self._used = (end + _ALIGN - 1) // _ALIGN * _ALIGN
+        return {"dtype": wire, "shape": list(array.shape), "offset": offset, "nbytes": nbytes}
+
+    def _read(self, descriptor: dict[str, Any]) -> np.ndarray:
+        offset, nbytes = int(descriptor["offset"]), int(descriptor["nbytes"])
+        shape = [int(d) for d in descriptor["shape"]]
+        view = self.incoming.view(offset + nbytes)
+        try:
+            if descriptor["dtype"] == "BYTES":
+                return _bytes_array(bytes(view[offset : offset + nbytes]), shape)
+            dtype = numpy_dtype(descriptor["dtype"])
+            count = nbytes // dtype.itemsize
+            return np.frombuffer(view, dtype=dtype, count=count, offset=offset).reshape(shape).copy()
+        finally:
+            view.release()
+
+
+def _bytes_payload(array: np.ndarray) -> bytes:
+    """BYTES as Triton serialises them: each element's length (4 bytes, little-endian) then its bytes."""
+    parts = []
+    for item in array.reshape(-1):
+        value = item if isinstance(item, bytes) else str(item).encode("utf-8")
+        parts.append(_LENGTH.pack(len(value)))
+        parts.append(value)
+    return b"".join(parts)
+
+
+def _bytes_array(raw: bytes, shape: list[int]) -> np.ndarray:
+    items = []
+    position = 0
+    while position < len(raw):
+        (length,) = _LENGTH.unpack_from(raw, position)
+        position += _LENGTH.size
+        items.append(raw[position : position + length])
+        position += length
+    return np.array(items, dtype=object).reshape(shape)

@@ -1,0 +1,85 @@
+"""The server's side of a python model's host: BLS calls, custom metrics and log lines, on behalf of one instance.
+
+An in-process model reaches it directly (it is a pb_utils.ModelHost); a stub process reaches it through the
+messages engine.backends.python_process relays, using the plain-data methods.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+
+from engine.backends import python_utils as pb_utils
+from engine.backends.python_model import bls_responses, model_call
+from engine.custom_metrics import CustomMetrics
+from engine.errors import InferaError
+from engine.types import ModelCall, ModelCallResult
+
+model_log = logging.getLogger("infera.model")
+UNAVAILABLE = 4
+
+
+class EngineModelHost:
+    """One instance's way out to the engine; `services` is None in a trial load (no BLS, private metrics)."""
+
+    def __init__(self, model_name: str, instance_name: str, services: object | None) -> None:
+        self.model_name = model_name
+        self.owner = f"{model_name}/{instance_name}"
+        self.services = services
+        self.metrics: CustomMetrics = services.metrics if services is not None else CustomMetrics()
+
+    # ---- plain data (what a stub's messages carry)
+
+    def call(self, call: ModelCall) -> concurrent.futures.Future:
+        """The future results of a BLS call from model code."""
+        if self.services is None:
+            future: concurrent.futures.Future = concurrent.futures.Future()
+            message = "BLS requests are not available while a model version is trial-loaded"
+            future.set_result([ModelCallResult(error=message, code=UNAVAILABLE)])
+            return future
+        return self.services.call_from_thread(call)
+
+    def declare(self, name: str, description: str, kind: str) -> None:
+        self.metrics.declare(self.owner, name, description, kind)
+
+    def update(self, name: str, labels: dict[str, str], action: str, value: float, buckets: list[float] | None) -> None:
+        self.metrics.update(name, labels, action, value, buckets)
+
+    def value(self, name: str, labels: dict[str, str]) -> float:
+        return self.metrics.value(name, labels)
+
+    def release(self, name: str | None = None) -> None:
+        self.metrics.release(self.owner, name)
+
+    def log(self, level: int, message: str) -> None:
+        model_log.log(level, "[%s] %s", self.model_name, message)
+
+    # ---- pb_utils.ModelHost (in-process models)
+
+    def infer(self, request: pb_utils.InferenceRequest, decoupled: bool) -> list[pb_utils.InferenceResponse]:
+        return bls_responses(self.call(model_call(request)).result())
+
+    async def async_infer(
+        self, request: pb_utils.InferenceRequest, decoupled: bool
+    ) -> list[pb_utils.InferenceResponse]:
+        return bls_responses(await asyncio.wrap_future(self.call(model_call(request))))
+
+    def metric_family(self, family: pb_utils.MetricFamily) -> None:
+        self._model_side(self.declare, family.name, family.description, pb_utils.MetricFamily.KINDS[family.kind])
+
+    def metric_update(self, metric: pb_utils.Metric, action: str, value: float) -> None:
+        self._model_side(self.update, metric.family.name, metric.labels, action, value, metric.buckets)
+
+    def metric_value(self, metric: pb_utils.Metric) -> float:
+        return self._model_side(self.value, metric.family.name, metric.labels)
+
+    def metric_release(self, family: pb_utils.MetricFamily) -> None:
+        self.release(family.name)
+
+    @staticmethod
+    def _model_side(fn, *args):
+        try:
+            return fn(*args)
+        except InferaError as exc:
+            raise pb_utils.TritonModelException(exc.message) from None

@@ -1,0 +1,259 @@
+"""The server's handle on one python model stub process: start it, ask it, relay what it asks, notice it die.
+
+The stub is a fresh interpreter (`python -I`, or the model's EXECUTION_ENV_PATH interpreter) with an environment
+holding no secret of the server's; it inherits one end of a socketpair and two memfd regions and nothing else.
+One reader thread per stub takes its messages: answers to what the server asked, and BLS calls, metric updates
+and log lines from model code, which go to the instance's EngineModelHost.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import itertools
+import logging
+import os
+import socket
+import subprocess  # nosec B404
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine.backends.python_channel import Channel, ChannelClosed, Region
+from engine.backends.python_host import EngineModelHost
+from engine.errors import InferaError
+from engine.types import ModelCall, ModelCallResult
+
+log = logging.getLogger("infera.engine")
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
+_BOOT = (
+    "import sys; sys.path.insert(0, sys.argv[1]); "
+    "from engine.backends.python_stub import main; sys.exit(main(sys.argv[2:]))"
+)
+# what a stub sees of the server's environment: what runtimes need, never what could hold a secret
+PASSED_VARIABLES = ("PATH", "LANG", "LANGUAGE", "TZ", "HOME", "TMPDIR", "LD_LIBRARY_PATH", "PYTHONHASHSEED")
+PASSED_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "OMP_", "MKL_", "OPENBLAS_", "KMP_", "TORCH_", "HF_", "XDG_")
+
+
+class StubDied(Exception):
+    """The stub process exited or closed its link; `reason` says how."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def stub_environment(device_kind: str, device_id: int) -> dict[str, str]:
+    environment = {
+        key: value for key, value in os.environ.items() if key in PASSED_VARIABLES or key.startswith(PASSED_PREFIXES)
+    }
+    environment["PYTHONDONTWRITEBYTECODE"] = "1"
+    if device_kind == "GPU":
+        environment["INFERA_INSTANCE_GPU"] = str(device_id)
+    return environment
+
+
+class StubProcess:
+    """One running stub; `on_death` is called once (from the reader thread) when it dies unasked."""
+
+    def __init__(
+        self,
+        label: str,
+        host: EngineModelHost,
+        *,
+        interpreter: str = sys.executable,
+        environment: dict[str, str] | None = None,
+        cwd: Path | None = None,
+        on_death: Callable[[str], None] | None = None,
+    ) -> None:
+        self.label = label
+        self.host = host
+        self.interpreter = interpreter
+        self.environment = environment if environment is not None else stub_environment("CPU", 0)
+        self.cwd = cwd
+        self.on_death = on_death
+        self.process: subprocess.Popen | None = None
+        self.channel: Channel | None = None
+        self.closing = False
+        self.dead: str | None = None
+        self._ids = itertools.count(1)
+        self._waiting: dict[int, concurrent.futures.Future] = {}
+        self._lock = threading.Lock()
+        self._reader: threading.Thread | None = None
+
+    def start(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        to_stub = Region.create(f"infera-{self.label}-in")
+        to_server = Region.create(f"infera-{self.label}-out")
+        fds = (theirs.fileno(), to_server.fd, to_stub.fd)
+        try:
+            # bandit B603: our own interpreter (or the model's configured one) on our own module, never a shell
+            self.process = subprocess.Popen(  # nosec B603
+                [self.interpreter, "-I", "-c", _BOOT, str(PROJECT_ROOT), *map(str, fds)],
+                pass_fds=fds,
+                env=self.environment,
+                cwd=self.cwd,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # a signal to the server's group does not reach model code first
+            )
+        except OSError as exc:
+            ours.close()
+            to_stub.close()
+            to_server.close()
+            raise StubDied(f"the stub process could not start: {exc}") from exc
+        finally:
+            theirs.close()
+        # the server's copy of the stub's outgoing region is only read
+        self.channel = Channel(ours, to_stub, to_server)
+        self._reader = threading.Thread(target=self._read, name=f"infera-stub-{self.label}", daemon=True)
+        self._reader.start()
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    def ask(
+        self, header: dict[str, Any], arrays: list[np.ndarray] | tuple[()] = (), timeout: float | None = None
+    ) -> tuple[dict[str, Any], list[np.ndarray]]:
+        """Send a request to the stub and wait for its answer; StubDied or TimeoutError otherwise."""
+        if self.dead is not None or self.channel is None:
+            raise StubDied(self.dead or "the stub process is not running")
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        with self._lock:
+            number = next(self._ids)
+            self._waiting[number] = future
+        try:
+            self.channel.send(dict(header, id=number), arrays)
+        except ChannelClosed:
+            pass  # the reader sees the link close and fails this request with the reason
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            with self._lock:
+                self._waiting.pop(number, None)
+            raise TimeoutError from None
+
+    def kill(self) -> None:
+        """End the stub now (a request ran past its deadline, or the server is unloading it)."""
+        self.closing = True
+        if self.process is not None and self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, 9)
+            except OSError:
+                self.process.kill()
+        self.wait()
+
+    def wait(self, timeout: float = 10.0) -> None:
+        if self.process is not None:
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self._reader is not None and self._reader is not threading.current_thread():
+            self._reader.join(timeout)
+        if self.channel is not None:
+            self.channel.close()
+            self.channel = None
+
+    def exit_reason(self) -> str:
+        code = self.process.poll() if self.process is not None else None
+        if code is None and self.process is not None:
+            try:
+                code = self.process.wait(2)
+            except subprocess.TimeoutExpired:
+                return "its stub process closed the link"
+        if code is not None and code < 0:
+            return f"its stub process was killed by signal {-code}"
+        return f"its stub process exited with code {code}"
+
+    def _read(self) -> None:
+        channel = self.channel
+        try:
+            if channel is None:
+                raise ChannelClosed("the stub was never started")
+            while True:
+                header, arrays = channel.receive()
+                self._handle(header, arrays)
+        except ChannelClosed:
+            pass
+        reason = self.exit_reason()
+        self.dead = reason
+        with self._lock:
+            waiting, self._waiting = self._waiting, {}
+        for future in waiting.values():
+            future.set_exception(StubDied(reason))
+        if not self.closing and self.on_death is not None:
+            self.on_death(reason)
+
+    def _handle(self, header: dict[str, Any], arrays: list[np.ndarray]) -> None:
+        op = header.get("op")
+        if op == "call":
+            self._relay_call(header, arrays)
+        elif op == "metric_update":
+            self._quietly(
+                self.host.update, header["name"], header["labels"], header["action"], header["value"], header["buckets"]
+            )
+        elif op == "metric_declare":
+            error = self._quietly(self.host.declare, header["name"], header["description"], header["kind"])
+            self._send({"op": "metric_answer", "id": header["id"], "error": error or ""})
+        elif op == "metric_value":
+            try:
+                answer = {"value": self.host.value(header["name"], header["labels"])}
+            except InferaError as exc:
+                answer = {"error": exc.message}
+            self._send(dict(answer, op="metric_answer", id=header["id"]))
+        elif op == "metric_release":
+            self.host.release(header["name"])
+        elif op == "log":
+            self.host.log(int(header.get("level", logging.INFO)), str(header.get("message", "")))
+        else:
+            with self._lock:
+                future = self._waiting.pop(int(header.get("id") or 0), None)
+            if future is not None:
+                future.set_result((header, arrays))
+
+    def _relay_call(self, header: dict[str, Any], arrays: list[np.ndarray]) -> None:
+        spec = header["call"]
+        call = ModelCall(
+            model_name=str(spec["model_name"]),
+            inputs=dict(zip(spec["inputs"], arrays, strict=True)),
+            model_version=int(spec.get("model_version", -1)),
+            requested_outputs=list(spec.get("requested_outputs", [])),
+            parameters=dict(spec.get("parameters", {})),
+            request_id=str(spec.get("request_id", "")),
+            correlation_id=spec.get("correlation_id", 0),
+            flags=int(spec.get("flags", 0)),
+            timeout_us=int(spec.get("timeout_us", 0)),
+        )
+        number = header["id"]
+        self.host.call(call).add_done_callback(lambda done: self._answer_call(number, done.result()))
+
+    def _answer_call(self, number: int, results: list[ModelCallResult]) -> None:
+        arrays: list[np.ndarray] = []
+        entries = []
+        for result in results:
+            entries.append({"outputs": list(result.outputs), "error": result.error, "code": result.code})
+            arrays += list(result.outputs.values())
+        self._send({"op": "call_answer", "id": number, "results": entries}, arrays)
+
+    def _send(self, header: dict[str, Any], arrays: list[np.ndarray] | tuple[()] = ()) -> None:
+        channel = self.channel
+        if channel is None:
+            return
+        try:
+            channel.send(header, arrays)
+        except ChannelClosed:
+            pass  # the stub is gone; the reader reports it
+
+    def _quietly(self, fn: Callable[..., Any], *args: Any) -> str | None:
+        try:
+            fn(*args)
+        except InferaError as exc:
+            log.warning("model stub %s: %s", self.label, exc.message)
+            return exc.message
+        return None

@@ -1,0 +1,225 @@
+"""A python model's stub process: runs one instance's model.py, talks to the server over its channel.
+
+Started by engine.backends.python_process with the channel's socket and two memfd regions as inherited file
+descriptors. The main thread reads messages; one model thread runs load, execute and finalize in order, so BLS
+answers and metric values reach a model that is waiting on them. It ends when the server closes the link or
+dies (its socket closes with the server's process), never outliving it. PR_SET_PDEATHSIG is no help here: it
+follows the thread that started the stub, and restarts start stubs from threads that end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import itertools
+import os
+import queue
+import socket
+import sys
+import threading
+from typing import Any
+
+import numpy as np
+
+from engine.backends import python_utils as pb_utils
+from engine.backends.python_channel import Channel, ChannelClosed, Region
+from engine.backends.python_model import ModelCodeError, ModelRunner, RequestData, bls_responses, model_call
+from engine.types import ModelCallResult
+
+
+class StubHost:
+    """pb_utils.ModelHost over the channel: every call model code makes outside itself goes to the server."""
+
+    def __init__(self, channel: Channel) -> None:
+        self.channel = channel
+        self._ids = itertools.count(1)
+        self._waiting: dict[int, concurrent.futures.Future] = {}
+        self._lock = threading.Lock()
+
+    def ask(self, header: dict[str, Any], arrays: list[np.ndarray] | tuple[()] = ()) -> concurrent.futures.Future:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        with self._lock:
+            number = next(self._ids)
+            self._waiting[number] = future
+        self.channel.send(dict(header, id=number), arrays)
+        return future
+
+    def answer(self, header: dict[str, Any], arrays: list[np.ndarray]) -> None:
+        with self._lock:
+            future = self._waiting.pop(int(header["id"]), None)
+        if future is not None:
+            future.set_result((header, arrays))
+
+    def _call(self, request: pb_utils.InferenceRequest) -> concurrent.futures.Future:
+        call = model_call(request)
+        names = list(call.inputs)
+        header = {
+            "op": "call",
+            "call": {
+                "model_name": call.model_name,
+                "model_version": call.model_version,
+                "inputs": names,
+                "requested_outputs": call.requested_outputs,
+                "parameters": call.parameters,
+                "request_id": call.request_id,
+                "correlation_id": call.correlation_id,
+                "flags": call.flags,
+                "timeout_us": call.timeout_us,
+            },
+        }
+        return self.ask(header, [call.inputs[name] for name in names])
+
+    def infer(self, request: pb_utils.InferenceRequest, decoupled: bool) -> list[pb_utils.InferenceResponse]:
+        return _call_results(*self._call(request).result())
+
+    async def async_infer(
+        self, request: pb_utils.InferenceRequest, decoupled: bool
+    ) -> list[pb_utils.InferenceResponse]:
+        return _call_results(*await asyncio.wrap_future(self._call(request)))
+
+    def metric_family(self, family: pb_utils.MetricFamily) -> None:
+        kind = pb_utils.MetricFamily.KINDS[family.kind]
+        header, _ = self.ask(
+            {"op": "metric_declare", "name": family.name, "description": family.description, "kind": kind}
+        ).result()
+        if header.get("error"):
+            raise pb_utils.TritonModelException(header["error"])
+
+    def metric_update(self, metric: pb_utils.Metric, action: str, value: float) -> None:
+        self.channel.send(
+            {
+                "op": "metric_update",
+                "name": metric.family.name,
+                "labels": metric.labels,
+                "action": action,
+                "value": value,
+                "buckets": metric.buckets,
+            }
+        )
+
+    def metric_value(self, metric: pb_utils.Metric) -> float:
+        header, _ = self.ask({"op": "metric_value", "name": metric.family.name, "labels": metric.labels}).result()
+        if header.get("error"):
+            raise pb_utils.TritonModelException(header["error"])
+        return float(header["value"])
+
+    def metric_release(self, family: pb_utils.MetricFamily) -> None:
+        self.channel.send({"op": "metric_release", "name": family.name})
+
+    def log(self, level: int, message: str) -> None:
+        self.channel.send({"op": "log", "level": level, "message": message})
+
+
+def _call_results(header: dict[str, Any], arrays: list[np.ndarray]) -> list[pb_utils.InferenceResponse]:
+    results = []
+    position = 0
+    for entry in header["results"]:
+        names = entry.get("outputs", [])
+        outputs = dict(zip(names, arrays[position : position + len(names)], strict=True))
+        position += len(names)
+        results.append(ModelCallResult(outputs, entry.get("error", ""), int(entry.get("code", 0))))
+    return bls_responses(results)
+
+
+class Stub:
+    """The stub's loop: read messages, hand model work to the model thread in order."""
+
+    def __init__(self, channel: Channel) -> None:
+        self.channel = channel
+        self.host = StubHost(channel)
+        pb_utils.set_process_host(self.host)
+        self.runner: ModelRunner | None = None
+        self._work: queue.SimpleQueue = queue.SimpleQueue()
+
+    def run(self) -> None:
+        worker = threading.Thread(target=self._model_thread, name="infera-stub-model", daemon=True)
+        worker.start()
+        while True:
+            try:
+                header, arrays = self.channel.receive()
+            except ChannelClosed:
+                os._exit(0)  # the server is gone: nothing is left to answer
+            op = header.get("op")
+            if op in ("load", "auto_complete", "execute", "finalize"):
+                self._work.put((header, arrays))
+                if op == "finalize":
+                    worker.join()
+                    return
+            else:
+                self.host.answer(header, arrays)
+
+    def _model_thread(self) -> None:
+        while True:
+            header, arrays = self._work.get()
+            op = header["op"]
+            try:
+                reply, out = getattr(self, f"_{op}")(header, arrays)
+            except ModelCodeError as exc:
+                reply, out = {"op": "failed", "message": str(exc)}, []
+            except Exception as exc:  # noqa: BLE001 - whatever happens, the server gets an answer
+                reply, out = {"op": "failed", "message": f"{type(exc).__name__}: {exc}"}, []
+            try:
+                self.channel.send(dict(reply, id=header.get("id")), out)
+            except ChannelClosed:
+                os._exit(0)
+            if op == "finalize":
+                return
+
+    def _runner(self, header: dict[str, Any]) -> ModelRunner:
+        return ModelRunner(header["model_path"], header["module_name"], header["model_name"], self.host)
+
+    def _load(self, header: dict[str, Any], _: list) -> tuple[dict[str, Any], list]:
+        folder = os.path.dirname(header["model_path"])
+        if folder not in sys.path:
+            sys.path.insert(0, folder)  # a model.py may import modules that sit beside it
+        runner = self._runner(header)
+        runner.load(header["args"])
+        self.runner = runner
+        return {"op": "loaded"}, []
+
+    def _auto_complete(self, header: dict[str, Any], _: list) -> tuple[dict[str, Any], list]:
+        return {"op": "config", "config": self._runner(header).auto_complete(header["config"])}, []
+
+    def _execute(self, header: dict[str, Any], arrays: list[np.ndarray]) -> tuple[dict[str, Any], list]:
+        if self.runner is None:
+            raise ModelCodeError("the model was asked to execute before it was loaded")
+        self.channel.reset()  # the server copied everything this stub sent for the batch before
+        requests = []
+        position = 0
+        for entry in header["requests"]:
+            names = entry["inputs"]
+            inputs = dict(zip(names, arrays[position : position + len(names)], strict=True))
+            position += len(names)
+            requests.append(
+                RequestData(
+                    inputs=inputs,
+                    requested_outputs=entry.get("requested", []),
+                    request_id=entry.get("request_id", ""),
+                    parameters=entry.get("parameters", "{}"),
+                    correlation_id=entry.get("correlation_id", 0),
+                    flags=int(entry.get("flags", 0)),
+                )
+            )
+        responses = self.runner.execute(requests)
+        out: list[np.ndarray] = []
+        entries = []
+        for response in responses:
+            names = list(response.outputs)
+            out += [np.asarray(response.outputs[name]) for name in names]
+            entries.append({"outputs": names, "error": response.error, "code": response.code})
+        return {"op": "result", "responses": entries}, out
+
+    def _finalize(self, header: dict[str, Any], _: list) -> tuple[dict[str, Any], list]:
+        if self.runner is not None:
+            self.runner.finalize()
+        return {"op": "finalized"}, []
+
+
+def main(argv: list[str]) -> int:
+    """`argv`: the socket's, the outgoing region's and the incoming region's file descriptors."""
+    sock_fd, outgoing_fd, incoming_fd = (int(value) for value in argv[:3])
+    if os.getppid() == 1:
+        return 0  # the server died before this stub started
+    channel = Channel(socket.socket(fileno=sock_fd), Region(outgoing_fd), Region(incoming_fd))
+    Stub(channel).run()
+    return 0

@@ -1,0 +1,118 @@
+"""What the engine offers model code: requests into this server's models (Triton's BLS) and custom metrics.
+
+A `ModelCall` is checked against the target's config exactly as a client's request is, then queued like one
+(protocol "bls" in the statistics); its failures come back as results with Triton's error codes, never raised into
+model code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from collections.abc import Awaitable, Callable
+
+import numpy as np
+
+from engine.config import ModelConfig
+from engine.custom_metrics import CustomMetrics
+from engine.datatypes import wire_type_of
+from engine.errors import InferaError, InvalidArgument, ModelNotFound, NotFound, Unavailable, Unsupported
+from engine.protocol.validation import check_input, check_required_inputs, common_batch_size, input_config
+from engine.types import InferenceRequest, InferenceResponse, ModelCall, ModelCallResult, RequestedOutput
+
+# pb_utils.TritonError codes
+INTERNAL, NOT_FOUND, INVALID_ARG, UNAVAILABLE, UNSUPPORTED = 1, 2, 3, 4, 5
+
+
+def error_code(exc: InferaError) -> int:
+    """Triton's error code for an engine error."""
+    if isinstance(exc, ModelNotFound | NotFound):
+        return NOT_FOUND
+    if isinstance(exc, InvalidArgument):
+        return INVALID_ARG
+    if isinstance(exc, Unavailable):
+        return UNAVAILABLE
+    if isinstance(exc, Unsupported):
+        return UNSUPPORTED
+    return INTERNAL
+
+
+class ModelServices:
+    """BLS and custom metrics for the models of one server; `loop` is the loop the engine serves on."""
+
+    def __init__(
+        self,
+        infer: Callable[[InferenceRequest], Awaitable[InferenceResponse]],
+        config_of: Callable[[str, int | None], ModelConfig],
+        metrics: CustomMetrics,
+    ) -> None:
+        self._infer = infer
+        self._config_of = config_of
+        self.metrics = metrics
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+
+    async def call(self, call: ModelCall) -> list[ModelCallResult]:
+        """Run one model call on this server; a failure is a result carrying the error, never an exception."""
+        try:
+            request = self.request_of(call)
+            response = await self._infer(request)
+        except InferaError as exc:
+            return [ModelCallResult(error=exc.message, code=error_code(exc))]
+        wanted = call.requested_outputs or list(response.outputs)
+        missing = [name for name in wanted if name not in response.outputs]
+        if missing:
+            return [
+                ModelCallResult(
+                    error=f"model '{call.model_name}' has no output(s) {', '.join(map(repr, missing))}",
+                    code=INVALID_ARG,
+                )
+            ]
+        return [ModelCallResult(outputs={name: response.outputs[name] for name in wanted})]
+
+    def call_from_thread(self, call: ModelCall) -> concurrent.futures.Future:
+        """`call` from a thread that is not the engine's loop (a model instance's worker, a stub reader)."""
+        if self.loop is None or self.loop.is_closed():
+            future: concurrent.futures.Future = concurrent.futures.Future()
+            future.set_result(
+                [ModelCallResult(error="this server is not serving: no model can be called", code=UNAVAILABLE)]
+            )
+            return future
+        return asyncio.run_coroutine_threadsafe(self.call(call), self.loop)
+
+    def request_of(self, call: ModelCall) -> InferenceRequest:
+        """The engine request a call makes, checked against the target's config like a client's request."""
+        version = call.model_version if call.model_version > 0 else None
+        config = self._config_of(call.model_name, version)
+        batches: dict[str, int] = {}
+        inputs: dict[str, np.ndarray] = {}
+        for name, array in call.inputs.items():
+            tensor = input_config(config, name)
+            try:
+                datatype = wire_type_of(array)
+            except ValueError as exc:
+                raise InvalidArgument(f"input '{name}': {exc}") from None
+            batches[name] = check_input(config, tensor, datatype, list(array.shape))
+            inputs[name] = array
+        check_required_inputs(config, inputs)
+        for name in call.requested_outputs:
+            if config.output_named(name) is None:
+                raise InvalidArgument(f"unexpected inference output '{name}' for model '{call.model_name}'")
+        request = InferenceRequest(
+            model_name=call.model_name,
+            inputs=inputs,
+            model_version=version,
+            id=call.request_id,
+            requested_outputs=[RequestedOutput(name) for name in call.requested_outputs] or None,
+            parameters=dict(call.parameters),
+            timeout_us=call.timeout_us,
+            batch_size=common_batch_size(config, batches),
+            protocol="bls",
+        )
+        if call.correlation_id not in (0, ""):
+            request.sequence_id = call.correlation_id
+            request.sequence_start = bool(call.flags & 1)
+            request.sequence_end = bool(call.flags & 2)
+        return request

@@ -40,13 +40,9 @@ class RequestData:
     flags: int = 0
 
 
-@dataclass(slots=True)
-class ResponseData:
-    """One response of a python model: outputs, or the error it put in its response (message, TritonError code)."""
-
-    outputs: dict[str, np.ndarray] = field(default_factory=dict)
-    error: str = ""
-    code: int = 0
+# one response of a python model is the same plain data as one answer to a BLS call: outputs, or an error
+# (message and pb_utils.TritonError code) the model put in its response
+ResponseData = ModelCallResult
 
 
 def install_python_utils() -> None:

@@ -87,6 +87,18 @@ class EngineCollector(Collector):
         for version in served:
             pending.add_sample(pending.name, _model_labels(version), version.stats.pending)
         yield pending
+        restarts = Metric(
+            "infera_instance_restarts",
+            "Times a model instance's process (a python model's stub) died and was started again.",
+            "counter",
+        )
+        for version in served:
+            for instance in version.instances:
+                count = getattr(instance.backend, "restarts", None)
+                if count is not None:
+                    labels = _model_labels(version) | {"instance": instance.backend.context.instance_name}
+                    restarts.add_sample(restarts.name, labels, count)
+        yield restarts
         yield from _device_families(self._device_dict())
         yield from self.server.custom_metrics.collect()
 

@@ -276,3 +276,81 @@ def test_it_tells_a_gpu_instance_its_kind_and_device(tmp_path, mode, unload_afte
     unload_after(loaded(model_dir, fp32_config("gpu"), Device("GPU", 1), mode=mode))
     seen = json.loads((model_dir / "seen.json").read_text())
     assert (seen["model_instance_kind"], seen["model_instance_device_id"]) == ("GPU", "1")
+
+
+REPORTS_ITS_PYTHON = textwrap.dedent(
+    """
+    import os
+    import sys
+
+    import numpy as np
+
+
+    class TritonPythonModel:
+        def initialize(self, args):
+            with open(os.path.join(args["model_repository"], "prefix.txt"), "w") as file:
+                file.write(sys.prefix)
+
+        def execute(self, requests):
+            return []
+    """
+)
+
+
+def unpacked_environment(folder) -> None:
+    """A venv-shaped folder that reuses this test run's interpreter and packages (as an unpacked conda-pack would)."""
+    venv = os.path.dirname(os.path.dirname(sys.executable))
+    (folder / "bin").mkdir(parents=True)
+    (folder / "bin" / "python").symlink_to(os.path.realpath(sys.executable))
+    (folder / "lib").symlink_to(os.path.join(venv, "lib"))
+    base = os.path.dirname(os.path.realpath(sys.executable))
+    (folder / "pyvenv.cfg").write_text(f"home = {base}\ninclude-system-site-packages = false\n")
+
+
+def test_it_runs_the_stub_on_the_models_own_environment(tmp_path):
+    model_dir = make_python_model(tmp_path, "own_env", REPORTS_ITS_PYTHON, fp32_config("own_env"))
+    unpacked_environment(model_dir / "env")
+    config = fp32_config("own_env")
+    config.parameters["EXECUTION_ENV_PATH"] = "$$TRITON_MODEL_DIRECTORY/env"
+    backend = loaded(model_dir, config)
+    backend.unload()
+    assert (model_dir / "prefix.txt").read_text() == str(model_dir / "env")
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("/usr", "must name a folder inside the model's folder"),
+        ("$$TRITON_MODEL_DIRECTORY/../..", "must name a folder inside the model's folder"),
+        ("$$TRITON_MODEL_DIRECTORY/env.tar.gz", "is an archive; unpack the environment into a folder"),
+        ("$$TRITON_MODEL_DIRECTORY/1", "holds no bin/python"),
+    ],
+)
+def test_it_refuses_an_environment_it_cannot_run(tmp_path, value, message):
+    model_dir = make_python_model(tmp_path, "bad_env", REPORTS_ITS_PYTHON, fp32_config("bad_env"))
+    (model_dir / "env.tar.gz").write_bytes(b"not really")
+    config = fp32_config("bad_env")
+    config.parameters["EXECUTION_ENV_PATH"] = value
+    with pytest.raises(LoadError, match=message):
+        loaded(model_dir, config)
+
+
+def test_it_writes_the_models_log_lines_to_the_servers_log(tmp_path, mode, unload_after, caplog):
+    source = textwrap.dedent(
+        """
+        import triton_python_backend_utils as pb_utils
+
+
+        class TritonPythonModel:
+            def initialize(self, args):
+                pb_utils.Logger.log_warn("weights are stale")
+                pb_utils.Logger.log("warming up", pb_utils.LogLevel.INFO)
+
+            def execute(self, requests):
+                return []
+        """
+    )
+    with caplog.at_level("INFO", logger="infera.model"):
+        unload_after(loaded(make_python_model(tmp_path, "talks", source), simple_string_config("talks"), mode=mode))
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "infera.model"]
+    assert lines == [("WARNING", "[talks] weights are stale"), ("INFO", "[talks] warming up")]

@@ -7,7 +7,7 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.engine.backends.python_client import A, B, int32_pair, tensor
+from tests.engine.backends.python_client import A, B, int32_pair, scrape, tensor
 
 pytestmark = pytest.mark.server
 
@@ -15,6 +15,13 @@ pytestmark = pytest.mark.server
 def crasher_pid(client: httpclient.InferenceServerClient, value: int = 1, **options) -> int:
     result = client.infer("crasher", [tensor("X", np.array([[value]], np.int32), "INT32")], **options)
     return int(result.as_numpy("PID")[0, 0])
+
+
+def restarts(url: str) -> float:
+    families = scrape(url)
+    labels = {"model": "crasher", "version": "1", "instance": "crasher_0_0"}
+    family = families["infera_instance_restarts"]
+    return next(s.value for s in family.samples if s.labels == labels)
 
 
 def assert_others_serve(client: httpclient.InferenceServerClient) -> None:
@@ -32,6 +39,7 @@ def test_a_stub_that_exits_fails_its_request_and_comes_back(python_url):
     assert_others_serve(client)
     again = crasher_pid(client)
     assert again != first and client.is_model_ready("crasher")
+    assert restarts(python_url) >= 1
 
 
 def test_a_request_that_runs_past_its_timeout_is_answered_and_the_stub_replaced(python_url):

@@ -2,27 +2,15 @@
 
 from __future__ import annotations
 
-import http.client
-
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from prometheus_client.parser import text_string_to_metric_families
 
-from tests.engine.backends.python_client import tensor
+from tests.engine.backends.python_client import scrape, tensor
 
 pytestmark = pytest.mark.server
 
 LABELS = {"model": "metrics", "instance": "metrics_0_0"}
-
-
-def scrape(url: str) -> dict[str, dict]:
-    host, port = url.split(":")
-    connection = http.client.HTTPConnection(host, int(port), timeout=30)
-    connection.request("GET", "/metrics")
-    text = connection.getresponse().read().decode()
-    connection.close()
-    return {family.name: family for family in text_string_to_metric_families(text)}
 
 
 def sample(families: dict, family: str, name: str, **extra: str) -> float:

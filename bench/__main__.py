@@ -23,7 +23,8 @@ from bench.grpc_runs import H2LOAD, GrpcTarget, measure_grpc_target, wait_for_gr
 from bench.hotswap import console_switcher, repository_switcher, run_hotswap
 from bench.http_runs import HttpPlan, Target, measure_target, write_echo_responses
 from bench.infera import LAUNCH_MODES, ConsoleHome, infera_spec, resolve_mode
-from bench.models import MLP_SMALL, MODELS, write_repository
+from bench.models import MLP_SMALL, MODELS, write_python_repository, write_repository
+from bench.python_runs import CONCURRENCIES, MODES, measure_python_models
 from bench.report import print_summary, write_outputs
 from bench.servers import ROOT, NotAvailable, ServerProcess, ServerSpec, echo_spec, free_port
 from bench.system import load_average, system_info, usable_cores
@@ -32,7 +33,7 @@ from bench.wrk import WRK, WrkScripts
 RESULTS = ROOT / "bench" / "results"
 HTTP_TARGETS = ("echo-uvicorn", "echo-daphne", "infera-uvicorn", "infera-daphne", "mlserver")
 DEFAULT_TARGETS = ("echo-uvicorn", "infera-uvicorn", "infera-daphne", "mlserver")
-SECTIONS = ("direct", "http", "grpc", "engine", "hotswap", "dashboards")
+SECTIONS = ("direct", "http", "grpc", "engine", "hotswap", "dashboards", "python")
 
 
 def csv(kind):
@@ -48,7 +49,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--concurrency", type=csv(int), default=[1, 16, 64])
     parser.add_argument("--encodings", type=csv(str), default=["json", "binary"])
     parser.add_argument("--targets", type=csv(str), default=list(DEFAULT_TARGETS), help=f"of {', '.join(HTTP_TARGETS)}")
-    parser.add_argument("--sections", type=csv(str), default=list(SECTIONS), help=f"of {', '.join(SECTIONS)}")
+    parser.add_argument(
+        "--sections",
+        type=csv(str),
+        default=list(SECTIONS),
+        help=f"of {', '.join(SECTIONS)}; a run of some rewrites only their sections of --out",
+    )
     parser.add_argument("--infera-launch", choices=LAUNCH_MODES, default="auto")
     parser.add_argument(
         "--mlserver-workers",
@@ -213,6 +219,24 @@ def dashboards_section(args, repository: Path, workdir: Path, scripts: WrkScript
     return result
 
 
+def python_section(args, repository: Path, workdir: Path, scripts: WrkScripts) -> dict:
+    """add_sub as a python-backend model, isolated and in process, both in one infera-uvicorn process."""
+    python_repository = write_python_repository(RESULTS / "python-repository").resolve()
+    mode = resolve_mode(args.infera_launch)
+    spec = infera_spec("uvicorn", free_port(), python_repository, workdir / "python", mode)
+    with_models(spec, list(MODES), "infera-python")
+    with ServerProcess(spec, RESULTS / "logs"):
+        rows = measure_python_models(spec, repository, scripts, args.encodings, args.seconds, args.runs)
+    return {
+        "rows": rows,
+        "encodings": args.encodings,
+        "concurrencies": list(CONCURRENCIES),
+        "seconds": args.seconds,
+        "runs": args.runs,
+        "launch": mode,
+    }
+
+
 def render_only(out: Path) -> int:
     """Re-render the markdown from the last run (after adding GPU results or editing the closing note)."""
     published = RESULTS / "published.json"
@@ -235,7 +259,8 @@ def main(argv: list[str] | None = None) -> int:
     if not shutil.which(WRK):
         print("wrk is not installed: apt-get install wrk", file=sys.stderr)
         return 2
-    if "mlserver" in args.targets and (args.setup_peers or mlserver_peer.venv_missing()):
+    needs_mlserver = "mlserver" in args.targets and bool({"http", "grpc"} & set(args.sections))
+    if args.setup_peers or (needs_mlserver and mlserver_peer.venv_missing()):
         print("setting up MLServer's virtualenv under bench/.peers/ ...", flush=True)
         try:
             mlserver_peer.setup_venv()
@@ -298,6 +323,12 @@ def main(argv: list[str] | None = None) -> int:
             results["dashboards"] = guarded(
                 "dashboards", lambda: dashboards_section(args, repository, workdir, scripts)
             )
+        if "python" in args.sections:
+            results["python"] = guarded(
+                "python models: isolated vs in-process (add_sub over HTTP)",
+                lambda: python_section(args, repository, workdir, scripts),
+            )
+            results["python"].update(date=results["date"], command=results["command"])
     finally:
         scripts.close()
         shutil.rmtree(workdir, ignore_errors=True)
@@ -307,7 +338,8 @@ def main(argv: list[str] | None = None) -> int:
     results["elapsed_s"] = time.monotonic() - started
     results["system"]["load average at end"] = load_average()
     print_summary(results)
-    write_outputs(results, None if args.no_write else args.out, RESULTS)
+    only = None if set(args.sections) == set(SECTIONS) else args.sections
+    write_outputs(results, None if args.no_write else args.out, RESULTS, only)
     where = (
         "" if args.no_write else f"; wrote {args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out}"
     )

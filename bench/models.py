@@ -38,6 +38,11 @@ MLP_SMALL = BenchModel("mlp_small", "FP32", {"INPUT0": [64]}, {"OUTPUT0": [10]},
 MLP_MEDIUM = BenchModel("mlp_medium", "FP32", {"INPUT0": [256]}, {"OUTPUT0": [16]}, 64, 0)
 MLP_LARGE = BenchModel("mlp_large", "FP32", {"INPUT0": [512]}, {"OUTPUT0": [16]}, 64, 100)
 MODELS = {m.name: m for m in (SIMPLE, MLP_SMALL, MLP_MEDIUM, MLP_LARGE)}
+# The python section's add_sub: `simple`'s tensors and batcher, computed by bench/add_sub_model.py once in a stub
+# process (the python backend's default) and once inside the server; their configs differ only by EXECUTION_MODE.
+PY_ADD_SUB = replace(SIMPLE, name="py_add_sub")
+PY_ADD_SUB_INPROC = replace(SIMPLE, name="py_add_sub_inproc")
+ADD_SUB_SOURCE = Path(__file__).with_name("add_sub_model.py")
 MLP_LAYERS = {
     "mlp_small": [64, 256, 256, 10],
     "mlp_medium": [256, 1024, 1024, 16],
@@ -103,28 +108,42 @@ def build_onnx(model: BenchModel, version: int = 1) -> onnx.ModelProto:
     return build_mlp(MLP_LAYERS[model.name], seed=1000 + len(model.name))
 
 
+def _tensors_pbtxt(section: str, datatype: str, tensors: dict[str, list[int]]) -> str:
+    config_type = "TYPE_INT32" if datatype == "INT32" else "TYPE_FP32"
+    entries = ",\n".join(
+        f'  {{ name: "{name}" data_type: {config_type} dims: [ {", ".join(map(str, dims))} ] }}'
+        for name, dims in tensors.items()
+    )
+    return f"{section} [\n{entries}\n]\n"
+
+
+def _batching_pbtxt(model: BenchModel, kind: str = "KIND_CPU") -> str:
+    return (
+        f"max_batch_size: {model.max_batch_size}\n"
+        + _tensors_pbtxt("input", model.datatype, model.inputs)
+        + _tensors_pbtxt("output", model.datatype, model.outputs)
+        + f"instance_group [ {{ count: 1 kind: {kind} }} ]\n"
+        f"dynamic_batching {{ max_queue_delay_microseconds: {model.queue_delay_us} }}\n"
+    )
+
+
 def config_pbtxt(model: BenchModel, kind: str = "KIND_CPU") -> str:
     """The model's config.pbtxt: one instance, one intra-op thread, the dynamic batcher on."""
-    config_type = "TYPE_INT32" if model.datatype == "INT32" else "TYPE_FP32"
-
-    def tensors(section: str, tensors: dict[str, list[int]]) -> str:
-        entries = ",\n".join(
-            f'  {{ name: "{name}" data_type: {config_type} dims: [ {", ".join(map(str, dims))} ] }}'
-            for name, dims in tensors.items()
-        )
-        return f"{section} [\n{entries}\n]\n"
-
     return (
         f'name: "{model.name}"\n'
         'platform: "onnxruntime_onnx"\n'
-        f"max_batch_size: {model.max_batch_size}\n"
-        + tensors("input", model.inputs)
-        + tensors("output", model.outputs)
-        + f"instance_group [ {{ count: 1 kind: {kind} }} ]\n"
-        f"dynamic_batching {{ max_queue_delay_microseconds: {model.queue_delay_us} }}\n"
-        'parameters { key: "intra_op_thread_count" value: { string_value: "1" } }\n'
+        + _batching_pbtxt(model, kind)
+        + 'parameters { key: "intra_op_thread_count" value: { string_value: "1" } }\n'
         'parameters { key: "inter_op_thread_count" value: { string_value: "1" } }\n'
     )
+
+
+def python_config_pbtxt(model: BenchModel, in_process: bool) -> str:
+    """A python-backend config.pbtxt with `model`'s tensors and batcher; `in_process` opts in to the server process."""
+    text = f'name: "{model.name}"\nbackend: "python"\n' + _batching_pbtxt(model)
+    if in_process:
+        text += 'parameters { key: "EXECUTION_MODE" value: { string_value: "in_process" } }\n'
+    return text
 
 
 def write_repository(root: Path | str, names: list[str] | None = None, queue_delay_us: int | None = None) -> Path:
@@ -144,6 +163,16 @@ def write_repository(root: Path | str, names: list[str] | None = None, queue_del
         for version in range(1, model.versions + 1):
             (folder / str(version)).mkdir(exist_ok=True)
             _write_if_changed(folder / str(version) / "model.onnx", build_onnx(model, version).SerializeToString())
+    return root
+
+
+def write_python_repository(root: Path | str) -> Path:
+    """Write (or reuse) the python section's repository: add_sub isolated and in process, the same model.py."""
+    root = Path(root)
+    for model, in_process in ((PY_ADD_SUB, False), (PY_ADD_SUB_INPROC, True)):
+        (root / model.name / "1").mkdir(parents=True, exist_ok=True)
+        _write_if_changed(root / model.name / "config.pbtxt", python_config_pbtxt(model, in_process).encode())
+        _write_if_changed(root / model.name / "1" / "model.py", ADD_SUB_SOURCE.read_bytes())
     return root
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 INFERA_LABELS = ("infera-uvicorn", "infera-daphne")
 CEILING_LABEL = "echo-uvicorn"
 MLSERVER_LABEL = "mlserver"
+PYTHON_GOAL = 0.7  # isolated python models: at least this share of in-process throughput at c=64
 
 
 @dataclass
@@ -205,10 +206,38 @@ def grpc_verdicts(results: dict) -> list[Verdict]:
     return verdicts
 
 
+def python_row(run: dict, mode: str, encoding: str, concurrency: int) -> dict | None:
+    """The python section's row of one mode ('isolated' or 'in-process'), body and concurrency, or None."""
+    for row in run.get("rows", []):
+        if (row["mode"], row["encoding"], row["concurrency"]) == (mode, encoding, concurrency):
+            return row
+    return None
+
+
+def python_verdict(run: dict, encoding: str) -> Verdict:
+    """Python models: the stub process keeps at least PYTHON_GOAL of in-process throughput at c=64."""
+    return _ratio_verdict(
+        f"python add_sub: isolated vs in-process, c=64 ({encoding})",
+        f"≥ {PYTHON_GOAL}×",
+        PYTHON_GOAL,
+        ("isolated", python_row(run, "isolated", encoding, 64)),
+        ("in-process", python_row(run, "in-process", encoding, 64)),
+    )
+
+
+def python_verdicts(results: dict) -> list[Verdict]:
+    run = results.get("python")
+    if not run or "unavailable" in run:
+        reason = (run or {}).get("unavailable", "not run")[:160]
+        return [Verdict("python add_sub: isolated vs in-process, c=64", f"≥ {PYTHON_GOAL}×", reason, "N/A")]
+    return [python_verdict(run, encoding) for encoding in run["encodings"]]
+
+
 def all_verdicts(results: dict) -> list[Verdict]:
     """Every target of the bench, in the report's order."""
     verdicts = []
     for label in INFERA_LABELS:
         verdicts += http_verdicts(results, label)
     verdicts += grpc_verdicts(results)
-    return verdicts + engine_verdicts(results) + hotswap_verdicts(results) + dashboards_verdicts(results)
+    verdicts += engine_verdicts(results) + hotswap_verdicts(results) + dashboards_verdicts(results)
+    return verdicts + python_verdicts(results)

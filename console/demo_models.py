@@ -2,6 +2,8 @@
 
 - `simple`: Triton's quickstart model as ONNX (INPUT0 + INPUT1, INPUT0 - INPUT1 on INT32 [16]).
 - `simple_string`: the same on BYTES tensors of decimal strings, as a python-backend `model.py`.
+- `simple_sequence`, `simple_dyna_sequence`, `simple_sequence_onnx`: stateful models for the sequence batcher
+  (console.demo_sequences).
 - `digits`: a small MLP trained here on scikit-learn's bundled 8x8 digits, exported to ONNX in two versions of
   visibly different accuracy (1: barely trained, 2: trained properly), so switching versions shows in results.
 """
@@ -18,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from console.demo_sequences import SEQUENCE_MODELS
 
 SIMPLE_CONFIG = """\
 name: "simple"
@@ -218,6 +222,10 @@ def seed_repository(store: Path, log: Callable[[str], None] = print) -> SeedRepo
 
     _write_config(store / "simple_string", SIMPLE_STRING_CONFIG)
     version("simple_string", 1, "model.py", SIMPLE_STRING_MODEL_PY.encode)
+
+    for name, config, filename, build in SEQUENCE_MODELS:
+        _write_config(store / name, config)
+        version(name, 1, filename, build)
 
     _write_config(store / "digits", DIGITS_CONFIG)
     for number in DIGITS_TRAINING:

@@ -72,11 +72,82 @@ class DynamicBatching:
 
 
 @dataclass
+class SequenceControl:
+    """One control of a `control_input`: which signal (START, END, READY, CORRID) and its false/true values."""
+
+    kind: str  # CONTROL_SEQUENCE_START, _END, _READY or _CORRID
+    int32_false_true: list[int] = field(default_factory=list)
+    fp32_false_true: list[float] = field(default_factory=list)
+    bool_false_true: list[bool] = field(default_factory=list)
+    data_type: str = ""  # CORRID only: TYPE_UINT64, TYPE_INT64, TYPE_UINT32, TYPE_INT32 or TYPE_STRING
+
+    @property
+    def tensor_data_type(self) -> str:
+        """The type of the tensor this control fills: CORRID's `data_type`, else that of its false/true list."""
+        if self.kind == "CONTROL_SEQUENCE_CORRID":
+            return self.data_type
+        for values, data_type in (
+            (self.int32_false_true, "TYPE_INT32"),
+            (self.fp32_false_true, "TYPE_FP32"),
+            (self.bool_false_true, "TYPE_BOOL"),
+        ):
+            if values:
+                return data_type
+        return ""
+
+
+@dataclass
+class SequenceControlInput:
+    """A model input the server fills for sequence requests (the client never sends it)."""
+
+    name: str
+    control: list[SequenceControl] = field(default_factory=list)
+
+
+@dataclass
+class InitialState:
+    """What a sequence's implicit state holds at START: zeros, or the contents of a file in the model folder."""
+
+    data_type: str
+    dims: list[int]
+    zero_data: bool = False
+    data_file: str = ""
+    name: str = ""
+
+
+@dataclass
+class SequenceState:
+    """Implicit state: the model's output `output_name` comes back as its input `input_name` on the next request."""
+
+    input_name: str
+    output_name: str
+    data_type: str
+    dims: list[int]
+    initial_state: list[InitialState] = field(default_factory=list)
+
+
+@dataclass
 class SequenceBatching:
-    """`sequence_batching`: requests of one correlation id go to one instance, in order."""
+    """`sequence_batching`: requests of one correlation id go to one instance, in order, with control tensors.
+
+    `strategy` is "direct" (each sequence owns a batch slot) or "oldest" (sequences batched oldest first);
+    `max_queue_delay_microseconds` belongs to the strategy; `minimum_slot_utilization` to direct only,
+    `max_candidate_sequences`, `preferred_batch_size` and `preserve_ordering` to oldest only.
+    """
 
     max_sequence_idle_microseconds: int = 1_000_000
     strategy: str = "direct"
+    control_input: list[SequenceControlInput] = field(default_factory=list)
+    state: list[SequenceState] = field(default_factory=list)
+    max_queue_delay_microseconds: int = 0
+    minimum_slot_utilization: float = 0.0
+    max_candidate_sequences: int = 0
+    preferred_batch_size: list[int] = field(default_factory=list)
+    preserve_ordering: bool = False
+
+    def control_names(self) -> set[str]:
+        """Inputs the server fills: control inputs and implicit-state inputs."""
+        return {c.name for c in self.control_input} | {s.input_name for s in self.state}
 
 
 @dataclass

@@ -12,7 +12,6 @@ from engine.config import ModelConfig
 from engine.errors import BackendError, InferaError, Unavailable
 from engine.instances import ModelInstance
 from engine.schedulers.batcher import Batch, DynamicBatcher, PendingRequest, shape_key
-from engine.schedulers.sequence import SequenceRouter
 from engine.stats import ModelStats
 from engine.types import InferenceRequest, InferenceResponse
 
@@ -45,7 +44,8 @@ def _mark_compute(trace, start_ns: int, times) -> None:
 
 
 class Dispatcher:
-    """Drives one model version's batchers: wakes on arrivals, free instances and delay deadlines."""
+    """Drives one model version's batcher: wakes on arrivals, free instances and delay deadlines (sequence models
+    have engine.sequence_dispatch)."""
 
     def __init__(
         self, name: str, version: int, config: ModelConfig, instances: list[ModelInstance], stats: ModelStats
@@ -53,12 +53,7 @@ class Dispatcher:
         self.name = name
         self.version = version
         self.stats = stats
-        if config.sequence_batching is not None:
-            self.lanes = [Lane(DynamicBatcher(config), [instance]) for instance in instances]
-            self.router: SequenceRouter | None = SequenceRouter(config, len(self.lanes))
-        else:
-            self.lanes = [Lane(DynamicBatcher(config), list(instances))]
-            self.router = None
+        self.lanes = [Lane(DynamicBatcher(config), list(instances))]
         db = config.dynamic_batching
         self.preserve_ordering = bool(db and db.preserve_ordering and len(instances) > 1)
         self._flights: deque[Flight] = deque()
@@ -78,7 +73,7 @@ class Dispatcher:
         loop = asyncio.get_running_loop()
         now = time.monotonic_ns()
         request.arrival_ns = request.arrival_ns or now
-        lane = self.lanes[self.router.route(request, now)] if self.router else self.lanes[0]
+        lane = self.lanes[0]
         pending = PendingRequest(
             request=request,
             future=loop.create_future(),
@@ -97,12 +92,7 @@ class Dispatcher:
                 loop.call_soon(self._dispatch_soon, lane)
         else:
             self._wake.set()
-        try:
-            outputs = await pending.future
-        except InferaError:
-            self.stats.record_failure(time.monotonic_ns() - now, request.protocol)
-            raise
-        return InferenceResponse(model_name=self.name, model_version=self.version, outputs=outputs, id=request.id)
+        return await answer(pending, self.stats, self.name, self.version)
 
     async def _run(self) -> None:
         while True:
@@ -115,14 +105,7 @@ class Dispatcher:
                     deadline = lane.batcher.next_deadline()
                     if deadline is not None:
                         deadlines.append(deadline)
-            if not deadlines:
-                await self._wake.wait()
-                continue
-            timeout = max(min(deadlines) - time.monotonic_ns(), 0) / 1e9
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout)
-            except TimeoutError:
-                pass
+            await wake_or_deadline(self._wake, deadlines)
 
     def _dispatch_soon(self, lane: Lane) -> None:
         lane.dispatch_scheduled = False
@@ -196,17 +179,47 @@ class Dispatcher:
 
     async def stop(self) -> None:
         """Stop taking batches, wait for running ones, fail whatever is still queued."""
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
-        if self._running:
-            await asyncio.wait(list(self._running))
+        await stop_task(self._task, self._running)
+        self._task = None
         for lane in self.lanes:
             batcher = lane.batcher
             for p in batcher.expire(time.monotonic_ns() + 10**18) + batcher._candidates():
                 if not p.future.done():
                     p.future.set_exception(Unavailable(f"model '{self.name}' version {self.version} is unloading"))
+
+
+# ---- shared with engine.sequence_dispatch
+
+
+async def answer(pending: PendingRequest, stats: ModelStats, name: str, version: int) -> InferenceResponse:
+    """The response a queued request's future resolves to; a failure is counted and raised."""
+    try:
+        outputs = await pending.future
+    except InferaError:
+        stats.record_failure(time.monotonic_ns() - pending.enqueue_ns, pending.request.protocol)
+        raise
+    return InferenceResponse(model_name=name, model_version=version, outputs=outputs, id=pending.request.id)
+
+
+async def wake_or_deadline(wake: asyncio.Event, deadlines: list[int]) -> None:
+    """Wait until `wake` is set or the earliest deadline (time.monotonic_ns) passes."""
+    if not deadlines:
+        await wake.wait()
+        return
+    timeout = max(min(deadlines) - time.monotonic_ns(), 0) / 1e9
+    try:
+        await asyncio.wait_for(wake.wait(), timeout)
+    except TimeoutError:
+        pass
+
+
+async def stop_task(task: asyncio.Task | None, running: set[asyncio.Future]) -> None:
+    """Cancel a dispatcher's task and wait for the batches it started."""
+    if task is not None:
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+    if running:
+        await asyncio.wait(list(running))

@@ -19,10 +19,14 @@ from engine.dispatch import Dispatcher
 from engine.errors import LoadError, ModelNotFound, Unavailable
 from engine.instances import ModelInstance
 from engine.names import without_folders
+from engine.sequence_dispatch import SequenceDispatcher
 from engine.stats import ModelStats
 from engine.types import InferenceRequest, InferenceResponse
 
 log = logging.getLogger("infera.engine")
+
+# how long a retired version of a sequence model keeps serving its live sequences before it unloads anyway
+SEQUENCE_DRAIN_SECONDS = 60.0
 
 
 class ModelState(StrEnum):
@@ -153,6 +157,7 @@ class ServedVersion:
         self.cancelled = False
         self._drained = asyncio.Event()
         self._drained.set()
+        self._stop_draining = asyncio.Event()  # the server stops: live sequences are not waited for
 
     def cancel(self) -> None:
         """Stop a load in progress at its next step (the model is being unloaded); its load() raises LoadError."""
@@ -179,7 +184,12 @@ class ServedVersion:
         except BaseException:
             await self._release()
             raise
-        self.dispatcher = Dispatcher(self.name, self.version, self.config, self.instances, self.stats)
+        if self.config.sequence_batching is not None:
+            self.dispatcher = SequenceDispatcher(
+                self.name, self.version, self.config, self.instances, self.stats, self.path
+            )
+        else:
+            self.dispatcher = Dispatcher(self.name, self.version, self.config, self.instances, self.stats)
         self.dispatcher.start()
         self.state = ModelState.READY
 
@@ -193,8 +203,25 @@ class ServedVersion:
                     self._check_cancelled()  # an unload does not wait for a long warm-up to finish
                     await instance.execute([request], [size])
 
+    def cancel_drain(self) -> None:
+        self._stop_draining.set()
+
+    def live_sequences(self) -> int:
+        return self.dispatcher.batcher.live if isinstance(self.dispatcher, SequenceDispatcher) else 0
+
+    def holds_sequence(self, request: InferenceRequest) -> bool:
+        """Whether `request` continues a sequence live on this version (it must run here, even while it drains)."""
+        dispatcher = self.dispatcher
+        return (
+            isinstance(dispatcher, SequenceDispatcher)
+            and not request.sequence_start
+            and request.sequence_id not in (0, "")
+            and dispatcher.knows(request.sequence_id)
+        )
+
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
-        if self.state is not ModelState.READY or self.dispatcher is None:
+        draining = self.state is ModelState.UNLOADING and self.holds_sequence(request)
+        if (self.state is not ModelState.READY and not draining) or self.dispatcher is None:
             raise Unavailable(f"model '{self.name}' version {self.version} is not ready")
         self.inflight += 1
         self._drained.clear()
@@ -208,6 +235,21 @@ class ServedVersion:
     async def unload(self) -> None:
         """Stop new traffic, let in-flight requests finish, then release the runtime."""
         self.state = ModelState.UNLOADING
+        if isinstance(self.dispatcher, SequenceDispatcher):
+            # live sequences finish here (new ones start on the version that replaced this one), within a limit
+            waits = [self.dispatcher.no_sequences.wait(), self._stop_draining.wait()]
+            tasks = [asyncio.ensure_future(w) for w in waits]
+            done, pending = await asyncio.wait(tasks, timeout=SEQUENCE_DRAIN_SECONDS, return_when="FIRST_COMPLETED")
+            for task in pending:
+                task.cancel()
+            if not done:
+                log.warning(
+                    "model '%s' version %s unloads with %d live sequences after %s s",
+                    self.name,
+                    self.version,
+                    self.dispatcher.batcher.live,
+                    SEQUENCE_DRAIN_SECONDS,
+                )
         await self._drained.wait()
         if self.dispatcher is not None:
             await self.dispatcher.stop()
@@ -233,6 +275,7 @@ class ModelEntry:
     error: str = ""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     loading: set[ServedVersion] = field(default_factory=set)
+    draining: set[ServedVersion] = field(default_factory=set)  # retired versions finishing their work
 
 
 class ModelManager:
@@ -242,6 +285,7 @@ class ModelManager:
         self.gpus = gpus
         self.services = services  # what model code may call on (BLS, custom metrics), handed to each instance
         self.models: dict[str, ModelEntry] = {}
+        self._draining_tasks: set[asyncio.Task] = set()
 
     async def load(
         self,
@@ -296,8 +340,25 @@ class ModelManager:
             entry.active = active if active in kept else max(kept)
             entry.error = ""
             log.info("model '%s' serving versions %s (active %s)", name, sorted(kept), entry.active)
+        await self._retire(entry, retired)
+
+    async def _retire(self, entry: ModelEntry, retired: list[ServedVersion], wait: bool = False) -> None:
+        """Unload versions that no longer serve. One with live sequences drains in the background: its sequences
+        still reach it until they end (or SEQUENCE_DRAIN_SECONDS pass), and the caller does not wait for that."""
         for old in retired:
+            entry.draining.add(old)
+            if old.live_sequences() and not wait:
+                task = asyncio.get_running_loop().create_task(self._drain(entry, old))
+                self._draining_tasks.add(task)
+                task.add_done_callback(self._draining_tasks.discard)
+            else:
+                await self._drain(entry, old)
+
+    async def _drain(self, entry: ModelEntry, old: ServedVersion) -> None:
+        try:
             await old.unload()
+        finally:
+            entry.draining.discard(old)
 
     async def unload(self, name: str) -> None:
         """Unload every version of a model after its in-flight requests finish."""
@@ -313,7 +374,8 @@ class ModelManager:
             entry.failures.clear()
             entry.error = ""
         for old in retired:
-            await old.unload()
+            old.cancel_drain()  # an unload ends live sequences; only a switch lets them finish
+        await self._retire(entry, retired, wait=True)
 
     def status(self, name: str) -> ModelStatus:
         """The typed state of `name` (no versions when the engine has never heard of it)."""
@@ -343,6 +405,15 @@ class ModelManager:
             raise ModelNotFound(f"Request for unknown model: '{name}' version {version} is not found")
         entry.active = version
 
+    def route(self, request: InferenceRequest) -> ServedVersion:
+        """The version that takes `request`: a retired version still running its sequence, else as `get` says."""
+        entry = self.models.get(request.model_name)
+        if entry is not None and entry.draining and request.model_version is None:
+            for served in entry.draining:
+                if served.holds_sequence(request):
+                    return served
+        return self.get(request.model_name, request.model_version)
+
     def get(self, name: str, version: int | None = None) -> ServedVersion:
         """The version that takes this request: the named one, or the active one."""
         entry = self.models.get(name)
@@ -361,7 +432,12 @@ class ModelManager:
         return served
 
     async def stop(self) -> None:
+        for entry in self.models.values():
+            for old in list(entry.draining):
+                old.cancel_drain()
         for name in list(self.models):
             entry = self.models[name]
             if entry.versions:
                 await self.unload(name)
+        if self._draining_tasks:
+            await asyncio.wait(list(self._draining_tasks))

@@ -313,7 +313,7 @@ class InferenceServer:
         return {"model_stats": [s.stats.to_dict() for s in served]}
 
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
-        return await self.manager.get(request.model_name, request.model_version).infer(request)
+        return await self.manager.route(request).infer(request)
 
 
 def _gpus(count: int | None) -> int:

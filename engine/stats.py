@@ -59,6 +59,8 @@ class ModelStats:
         self.execution_count = 0
         self.last_inference_ms = 0
         self.pending = 0
+        # a sequence model's live sequences, backlog and slots (engine.sequence_dispatch), None for other models
+        self.sequences: dict[str, int] | None = None
         self.batches: dict[int, BatchStats] = {}
         # successful and failed requests by the front end they came through ("http", "grpc")
         self.protocols: dict[str, list[int]] = {}

@@ -13,7 +13,7 @@ import onnxruntime as ort
 
 from engine.backends import register_backend
 from engine.backends.base import Backend
-from engine.backends.tensor_layout import int_parameter, to_config_shape, to_model_shape
+from engine.backends.tensor_layout import int_parameter, sequence_tensors, to_config_shape, to_model_shape
 from engine.config import DynamicBatching, ModelConfig, TensorConfig
 from engine.datatypes import config_to_wire, numpy_dtype
 from engine.errors import BackendError, LoadError
@@ -81,7 +81,10 @@ class OnnxRuntimeBackend(Backend):
         check_against_model(self.config, model_inputs, model_outputs)
         self._batched = self.config.max_batch_size > 0
         self._feed_dtypes = {t.name: _numpy_dtype(t.data_type) for t in model_inputs}
-        self._output_names = [t.name for t in self.config.output] or [t.name for t in model_outputs]
+        names = [t.name for t in self.config.output] or [t.name for t in model_outputs]
+        # the sequence batcher takes each state output back as the next request's state input
+        _, state_outputs = sequence_tensors(self.config)
+        self._output_names = names + [t.name for t in state_outputs if t.name not in names]
 
     def _session_options(self) -> ort.SessionOptions:
         """Thread counts from Triton's parameter names, else a share of the cores per CPU instance.
@@ -143,11 +146,14 @@ class OnnxRuntimeBackend(Backend):
             if config.dynamic_batching is None and config.sequence_batching is None:
                 config.dynamic_batching = DynamicBatching()
         skip = 1 if config.max_batch_size > 0 else 0
-        known = {t.name for t in config.input}
+        # control and state inputs are the server's to fill, state outputs the server's to take back
+        served, taken_back = sequence_tensors(config)
+        known = {t.name for t in config.input + served}
         config.input += [_config_tensor(t, skip) for t in model_inputs if t.name not in known]
         # a config may serve a subset of the outputs, so outputs are filled only when none are listed
         if not config.output:
-            config.output = [_config_tensor(t, skip) for t in model_outputs]
+            state_outputs = {t.name for t in taken_back}
+            config.output = [_config_tensor(t, skip) for t in model_outputs if t.name not in state_outputs]
         check_against_model(config, model_inputs, model_outputs)
         return config
 
@@ -173,17 +179,23 @@ def read_onnx_signature(path: Path) -> tuple[list[ModelTensor], list[ModelTensor
 
 
 def check_against_model(config: ModelConfig, inputs: list[ModelTensor], outputs: list[ModelTensor]) -> None:
-    """Raise LoadError naming the first config tensor that the model contradicts."""
-    for kind, declared, actual in (("input", config.input, inputs), ("output", config.output, outputs)):
-        by_name = {t.name: t for t in actual}
-        for tensor in declared:
-            model = by_name.get(tensor.name)
-            if model is None:
-                names = ", ".join(by_name) or "none"
-                raise LoadError(f"{kind} '{tensor.name}' in config is not in the model (model {kind}s: {names})")
-            _check_tensor(kind, tensor, model, config.max_batch_size)
+    """Raise LoadError naming the first config tensor that the model contradicts, sequence tensors included."""
+    served, taken_back = sequence_tensors(config)
+    controls = {c.name for c in config.sequence_batching.control_input} if config.sequence_batching else set()
+    expected = [("input", t, inputs) for t in config.input]
+    expected += [("control input" if t.name in controls else "state input", t, inputs) for t in served]
+    expected += [("output", t, outputs) for t in config.output]
+    expected += [("state output", t, outputs) for t in taken_back]
+    for role, tensor, actual in expected:
+        model = next((t for t in actual if t.name == tensor.name), None)
+        if model is None:
+            names = ", ".join(t.name for t in actual) or "none"
+            kind = role.split()[-1]
+            raise LoadError(f"{role} '{tensor.name}' in config is not in the model (model {kind}s: {names})")
+        _check_tensor(role, tensor, model, config.max_batch_size)
     if config.input:
-        missing = [t.name for t in inputs if config.input_named(t.name) is None]
+        filled = {t.name for t in config.input + served}
+        missing = [t.name for t in inputs if t.name not in filled]
         if missing:
             raise LoadError(f"the model needs input '{missing[0]}', which the config does not list")
 
@@ -201,7 +213,9 @@ def _check_tensor(kind: str, tensor: TensorConfig, model: ModelTensor, max_batch
         dims = dims[1:]
     wanted = tensor.reshape if tensor.reshape is not None else tensor.dims
     field = "reshape" if tensor.reshape is not None else "dims"
-    agrees = len(wanted) == len(dims) and all(m == -1 or c == m for c, m in zip(wanted, dims, strict=True))
+    # a state's -1 lets its shape change from step to step, so it fits any model dim (Triton checks no state dims)
+    free = (-1,) if kind.startswith("state") else ()
+    agrees = len(wanted) == len(dims) and all(m in (-1, c) or c in free for c, m in zip(wanted, dims, strict=True))
     if not agrees:
         batch_note = " (batch dimension excluded)" if max_batch_size > 0 else ""
         raise LoadError(

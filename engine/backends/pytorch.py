@@ -14,7 +14,7 @@ import numpy as np
 
 from engine.backends import register_backend
 from engine.backends.base import Backend
-from engine.backends.tensor_layout import int_parameter, to_config_shape, to_model_shape
+from engine.backends.tensor_layout import int_parameter, sequence_tensors, to_config_shape, to_model_shape
 from engine.config import ModelConfig, TensorConfig
 from engine.datatypes import config_to_wire, numpy_dtype
 from engine.errors import BackendError, LoadError
@@ -51,7 +51,11 @@ class PyTorchBackend(Backend):
         import torch
 
         self.require_model_file()
-        for tensor in self.config.input + self.config.output:
+        # control and state inputs are arguments of forward() and state outputs part of its result, like the rest
+        served, taken_back = sequence_tensors(self.config)
+        declared = {t.name for t in self.config.output}
+        extra_outputs = [t for t in taken_back if t.name not in declared]
+        for tensor in self.config.input + served + self.config.output + extra_outputs:
             if tensor.data_type == "TYPE_STRING":
                 raise LoadError(f"the pytorch backend cannot serve TYPE_STRING tensor '{tensor.name}'")
         self.torch_device = self._torch_device(torch)
@@ -66,8 +70,8 @@ class PyTorchBackend(Backend):
                 self.model.eval()
         except Exception as exc:
             raise LoadError(f"torch could not load '{self.model_path.name}': {exc}") from exc
-        self._inputs = positional_order(self.config.input)
-        self._outputs = positional_order(self.config.output)
+        self._inputs = positional_order(self.config.input + served)
+        self._outputs = positional_order(self.config.output + extra_outputs)
         self._batched = self.config.max_batch_size > 0
 
     def _torch_device(self, torch: Any) -> Any:

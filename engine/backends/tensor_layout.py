@@ -1,4 +1,5 @@
-"""Shapes between the config and the model: `reshape`, and the batch dimension that config dims leave out."""
+"""Shapes between the config and the model: `reshape`, the batch dimension that config dims leave out, and the
+tensors a sequence model has beyond `input` and `output` (controls and implicit state)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,25 @@ def to_config_shape(array: np.ndarray, tensor: TensorConfig | None, batched: boo
         return array
     lead = array.shape[:1] if batched else ()
     return array.reshape(lead + tuple(tensor.dims))
+
+
+def sequence_tensors(config: ModelConfig) -> tuple[list[TensorConfig], list[TensorConfig]]:
+    """The inputs the sequence batcher fills (each control [1], each state) and the state outputs it takes back.
+
+    Dims leave out the batch dimension, as in `input`; a state output the config also lists in `output` (so
+    clients may ask for it) appears in both.
+    """
+    sequencing = config.sequence_batching
+    if sequencing is None:
+        return [], []
+    inputs = [
+        TensorConfig(control_input.name, control.tensor_data_type, [1])
+        for control_input in sequencing.control_input
+        for control in control_input.control[:1]
+    ]
+    inputs += [TensorConfig(state.input_name, state.data_type, list(state.dims)) for state in sequencing.state]
+    outputs = [TensorConfig(state.output_name, state.data_type, list(state.dims)) for state in sequencing.state]
+    return inputs, outputs
 
 
 def int_parameter(config: ModelConfig, *names: str) -> int | None:

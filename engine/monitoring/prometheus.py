@@ -87,6 +87,16 @@ class EngineCollector(Collector):
         for version in served:
             pending.add_sample(pending.name, _model_labels(version), version.stats.pending)
         yield pending
+        for key, family_name, documentation in (
+            ("live", "infera_sequences_live", "Live sequences of a sequence model (started, not ended or idled out)."),
+            ("backlog", "infera_sequence_backlog", "Sequences waiting for a batch slot or an instance."),
+            ("slots_used", "infera_sequence_slots_used", "Batch slots (direct) or candidacies (oldest) in use."),
+        ):
+            family = Metric(family_name, documentation, "gauge")
+            for version in served:
+                if version.stats.sequences is not None:
+                    family.add_sample(family_name, _model_labels(version), version.stats.sequences[key])
+            yield family
         restarts = Metric(
             "infera_instance_restarts",
             "Times a model instance's process (a python model's stub) died and was started again.",

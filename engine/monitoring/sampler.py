@@ -238,6 +238,8 @@ def _model_entry(stats: ModelStats, before: _Counters, now: _Counters, elapsed: 
             if count - before.batches.get(size, 0) > 0
         },
         "pending": stats.pending,
+        # a sequence model's live sequences, slots in use and backlog (None for other models)
+        "sequences": dict(stats.sequences) if stats.sequences is not None else None,
         # requests per second by the front end they came through (HTTP, gRPC)
         "protocols": {
             name: rate(count, before.protocols.get(name, 0)) for name, count in sorted(now.protocols.items())

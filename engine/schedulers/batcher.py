@@ -53,9 +53,7 @@ class DynamicBatcher:
 
     def __init__(self, config: ModelConfig) -> None:
         self.max_batch_size = max(config.max_batch_size, 1)
-        self.batching = (
-            config.dynamic_batching is not None or config.sequence_batching is not None
-        ) and config.max_batch_size > 0
+        self.batching = config.dynamic_batching is not None and config.max_batch_size > 0
         db = config.dynamic_batching
         self.delay_ns = (db.max_queue_delay_microseconds * 1000) if db else 0
         self.preferred = sorted({p for p in (db.preferred_batch_size if db else []) if p <= self.max_batch_size})
@@ -67,8 +65,6 @@ class DynamicBatcher:
             self.policies[level] = policy or QueuePolicy()
         self.queues: dict[int, deque[PendingRequest]] = {level: deque() for level in self.policies}
         self.size = 0
-        # a sequence's requests must run in order, so one batch holds at most one request of each sequence
-        self.one_per_sequence = config.sequence_batching is not None
         # without timeouts only callers that gave up can expire; they are dropped when a batch is taken
         self.timeouts = any(p.default_timeout_microseconds or p.allow_timeout_override for p in self.policies.values())
 
@@ -142,15 +138,8 @@ class DynamicBatcher:
         chosen: list[PendingRequest] = []
         total = 0
         sizes_at: list[int] = []  # running total after each chosen request
-        sequences: set = set()
         for p in candidates:
-            if self.one_per_sequence:
-                if p.request.sequence_id in sequences:
-                    break
-                sequences.add(p.request.sequence_id)
             if p.shape_key != head.shape_key:
-                if self.one_per_sequence:
-                    break
                 continue
             if total + p.batch_size > self.max_batch_size:
                 if total == 0:  # a request that alone exceeds the limit was rejected at validation

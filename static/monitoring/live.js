@@ -113,6 +113,10 @@
       for (const [protocol, rate] of Object.entries(entry.protocols || {})) {
         merged.protocols[protocol] = (merged.protocols[protocol] || 0) + rate;
       }
+      if (entry.sequences) { // a draining old version's sequences count with the new one's
+        merged.sequences = merged.sequences || { live: 0, backlog: 0, slots_used: 0, slots: 0 };
+        for (const key of Object.keys(merged.sequences)) merged.sequences[key] += entry.sequences[key] || 0;
+      }
       models.set(entry.name, merged);
     }
     return models;

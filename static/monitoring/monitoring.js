@@ -154,6 +154,17 @@
     pending: new LiveChart("chart-pending", layout("requests"), (snapshot) =>
       [...byModel(snapshot).values()].map((m) => ({ key: m.name, y: m.pending, trace: line(m.name, colorOf(m.name)) })),
     ),
+    sequences: new LiveChart("chart-sequences", layout("sequences"), (snapshot) =>
+      [...byModel(snapshot).values()]
+        .filter((m) => m.sequences)
+        .flatMap((m) => [
+          { key: `${m.name} live`, y: m.sequences.live, trace: line(`${m.name} live`, colorOf(m.name)) },
+          { key: `${m.name} slots`, y: m.sequences.slots_used,
+            trace: line(`${m.name} slots in use`, colorOf(m.name), { line: { dash: "dot" } }) },
+          { key: `${m.name} backlog`, y: m.sequences.backlog,
+            trace: line(`${m.name} backlog`, colorOf(m.name), { line: { dash: "dash" } }) },
+        ]),
+    ),
   };
 
   function deviceSeries(snapshot) {

@@ -32,6 +32,12 @@ def test_it_lays_out_a_triton_repository(store: Path):
         "digits/config.pbtxt",
         "simple/1/model.onnx",
         "simple/config.pbtxt",
+        "simple_dyna_sequence/1/model.py",
+        "simple_dyna_sequence/config.pbtxt",
+        "simple_sequence/1/model.py",
+        "simple_sequence/config.pbtxt",
+        "simple_sequence_onnx/1/model.onnx",
+        "simple_sequence_onnx/config.pbtxt",
         "simple_string/1/model.py",
         "simple_string/config.pbtxt",
     ]
@@ -86,7 +92,15 @@ def test_it_keeps_what_is_there_when_run_again(store: Path):
     before = {p: p.read_bytes() for p in store.rglob("*") if p.is_file()}
     report = seed_repository(store, log=lambda line: None)
     assert report.created == []
-    assert sorted(report.kept) == ["digits/1", "digits/2", "simple/1", "simple_string/1"]
+    assert sorted(report.kept) == [
+        "digits/1",
+        "digits/2",
+        "simple/1",
+        "simple_dyna_sequence/1",
+        "simple_sequence/1",
+        "simple_sequence_onnx/1",
+        "simple_string/1",
+    ]
     assert {p: p.read_bytes() for p in store.rglob("*") if p.is_file()} == before
 
 
@@ -96,6 +110,8 @@ def test_it_keeps_an_edited_config(tmp_path: Path):
     (tmp_path / "simple_string" / "1").mkdir(parents=True)
     (tmp_path / "digits" / "1").mkdir(parents=True)
     (tmp_path / "digits" / "2").mkdir(parents=True)
+    for name in ("simple_sequence", "simple_dyna_sequence", "simple_sequence_onnx"):
+        (tmp_path / name / "1").mkdir(parents=True)
     report = seed_repository(tmp_path, log=lambda line: None)
     assert report.created == ["simple/1"]
     assert (tmp_path / "simple" / "config.pbtxt").read_text().endswith("max_batch_size: 4\n")

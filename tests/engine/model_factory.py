@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.config import InstanceGroup, ModelConfig, TensorConfig
+from engine.config import InstanceGroup, ModelConfig, SequenceControl, SequenceControlInput, TensorConfig
 
 MLP_SIZES = (64, 256, 256, 10)
 
@@ -67,6 +67,16 @@ def write_model_folder(
     if write_config:
         (model_dir / "config.pbtxt").write_text(to_pbtxt(config) + extra_config)
     return version_dir / filename
+
+
+def every_sequence_control(corrid_type: str = "TYPE_UINT64") -> list[SequenceControlInput]:
+    """One sequence_batching control input of each kind, START/END/READY in int32, fp32 and bool."""
+    return [
+        SequenceControlInput("START", [SequenceControl("CONTROL_SEQUENCE_START", int32_false_true=[0, 1])]),
+        SequenceControlInput("END", [SequenceControl("CONTROL_SEQUENCE_END", fp32_false_true=[0.0, 1.0])]),
+        SequenceControlInput("READY", [SequenceControl("CONTROL_SEQUENCE_READY", bool_false_true=[False, True])]),
+        SequenceControlInput("CORRID", [SequenceControl("CONTROL_SEQUENCE_CORRID", data_type=corrid_type)]),
+    ]
 
 
 def _tensor(name: str, data_type: str, dims: list[int]) -> TensorConfig:

@@ -8,17 +8,21 @@ import pytest
 
 from engine.config import (
     DynamicBatching,
+    InitialState,
     InstanceGroup,
     ModelConfig,
     ModelWarmup,
     QueuePolicy,
     SequenceBatching,
+    SequenceControl,
+    SequenceState,
     TensorConfig,
     VersionPolicy,
     WarmupInput,
 )
 from engine.config_validate import validate_config
 from engine.errors import InvalidArgument
+from tests.engine.model_factory import every_sequence_control
 
 
 def valid_config() -> ModelConfig:
@@ -144,4 +148,150 @@ def test_it_rejects_priority_settings_without_priority_levels() -> None:
     assert config.dynamic_batching is not None
     config.dynamic_batching.priority_levels = 0
     with pytest.raises(InvalidArgument, match="default_priority_level is set but priority_levels is 0"):
+        validate_config(config)
+
+
+# ---- sequence_batching --------------------------------------------------------------------------------------
+
+
+def sequence_config() -> ModelConfig:
+    """A valid sequence model: every control kind, one state started from a file."""
+    return ModelConfig(
+        name="counter",
+        backend="onnxruntime",
+        max_batch_size=4,
+        input=[TensorConfig("INPUT", "TYPE_INT32", [1])],
+        output=[TensorConfig("OUTPUT", "TYPE_INT32", [1]), TensorConfig("STATE_OUT", "TYPE_INT32", [-1])],
+        sequence_batching=SequenceBatching(
+            strategy="oldest",
+            control_input=every_sequence_control("TYPE_STRING"),
+            state=[
+                SequenceState(
+                    "STATE_IN",
+                    "STATE_OUT",
+                    "TYPE_INT32",
+                    [-1, 2],
+                    [InitialState("TYPE_INT32", [0, 2], data_file="empty.bin", name="empty")],
+                )
+            ],
+            max_candidate_sequences=8,
+            preferred_batch_size=[2, 4],
+        ),
+    )
+
+
+def test_it_accepts_a_valid_sequence_config() -> None:
+    validate_config(sequence_config())
+    config = sequence_config()
+    config.sequence_batching = SequenceBatching(minimum_slot_utilization=1.0, max_queue_delay_microseconds=50)
+    validate_config(config)
+
+
+def _control(index: int, **fields: object) -> Callable[[ModelConfig], None]:
+    """A change that replaces control_input `index`'s one control with these fields."""
+
+    def change(config: ModelConfig) -> None:
+        assert config.sequence_batching is not None
+        config.sequence_batching.control_input[index].control = [SequenceControl(**fields)]  # type: ignore[arg-type]
+
+    return change
+
+
+def _state(**fields: object) -> Callable[[ModelConfig], None]:
+    def change(config: ModelConfig) -> None:
+        assert config.sequence_batching is not None
+        state = config.sequence_batching.state[0]
+        for name, value in fields.items():
+            target = state.initial_state[0] if name.startswith("initial_") else state
+            setattr(target, name.removeprefix("initial_"), value)
+
+    return change
+
+
+SB = "model 'counter': sequence_batching"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (_set("sequence_batching.strategy", "newest"), f"{SB}: unknown strategy 'newest' (expected direct or oldest)"),
+        (_set("sequence_batching.max_sequence_idle_microseconds", -1), "max_sequence_idle_microseconds must be 0"),
+        (_set("sequence_batching.max_queue_delay_microseconds", -5), "oldest max_queue_delay_microseconds must be 0"),
+        (_set("sequence_batching.max_candidate_sequences", -1), f"{SB}: oldest max_candidate_sequences must be 0"),
+        (_set("sequence_batching.preferred_batch_size", [8]), "oldest preferred_batch_size 8 must be between 1 and"),
+        (_set("sequence_batching.preferred_batch_size", [0]), "oldest preferred_batch_size 0 must be between 1 and"),
+        (_set("sequence_batching.minimum_slot_utilization", 0.5), f"{SB}: minimum_slot_utilization is a setting of"),
+        (_set("sequence_batching.strategy", "direct"), f"{SB}: max_candidate_sequences is a setting of the oldest"),
+        (_set("sequence_batching.control_input.0.name", ""), f"{SB}: control_input 0 must specify 'name'"),
+        (_set("sequence_batching.control_input.1.name", "START"), "control_input 'START' names an input another"),
+        (_set("sequence_batching.control_input.0.name", "INPUT"), "control_input 'INPUT' is also listed in 'input'"),
+        (_set("sequence_batching.control_input.0.control", []), "control_input 'START' must list exactly one"),
+        (_control(0, kind="CONTROL_SEQUENCE_BEGIN"), "control_input 'START': unknown kind 'CONTROL_SEQUENCE_BEGIN'"),
+        (_control(0, kind="CONTROL_SEQUENCE_START"), "CONTROL_SEQUENCE_START needs exactly one of int32_false_true"),
+        (
+            _control(0, kind="CONTROL_SEQUENCE_START", int32_false_true=[0, 1], bool_false_true=[False, True]),
+            "needs exactly one of int32_false_true, fp32_false_true, bool_false_true, got int32_false_true and bool",
+        ),
+        (
+            _control(1, kind="CONTROL_SEQUENCE_END", fp32_false_true=[1.0]),
+            "control_input 'END': CONTROL_SEQUENCE_END: fp32_false_true must have 2 values (false, true), got [1.0]",
+        ),
+        (
+            _control(1, kind="CONTROL_SEQUENCE_START", int32_false_true=[0, 1]),
+            f"{SB}: CONTROL_SEQUENCE_START is given by both control_input 'START' and 'END'",
+        ),
+        (
+            _control(3, kind="CONTROL_SEQUENCE_CORRID", data_type="TYPE_FP32"),
+            "control_input 'CORRID': CONTROL_SEQUENCE_CORRID needs data_type TYPE_UINT64, TYPE_INT64, TYPE_UINT32, "
+            "TYPE_INT32, TYPE_STRING, got TYPE_FP32",
+        ),
+        (_control(3, kind="CONTROL_SEQUENCE_CORRID"), "CONTROL_SEQUENCE_CORRID needs data_type TYPE_UINT64"),
+        (
+            _control(3, kind="CONTROL_SEQUENCE_CORRID", data_type="TYPE_UINT64", int32_false_true=[0, 1]),
+            "CONTROL_SEQUENCE_CORRID carries the sequence id and takes no int32_false_true",
+        ),
+        (_state(input_name=""), f"{SB}: state 0 must specify 'input_name'"),
+        (_state(output_name=""), f"{SB}: state 0 must specify 'output_name'"),
+        (_state(input_name="INPUT"), "state input_name 'INPUT' is also listed in 'input'"),
+        (_state(input_name="CORRID"), "state input_name 'CORRID' names an input another control_input or state"),
+        (_state(data_type="TYPE_INVALID"), f"{SB}: state 'STATE_IN': must specify 'data_type'"),
+        (_state(dims=[0, 2]), "state 'STATE_IN': dims must be positive or -1, got [0, 2]"),
+        (_state(initial_name=""), "state 'STATE_IN': initial_state must specify 'name'"),
+        (
+            _state(initial_data_type="TYPE_FP32"),
+            "state 'STATE_IN': initial_state 'empty': data_type TYPE_FP32 must match the state's TYPE_INT32",
+        ),
+        (_state(initial_dims=[-1, 2]), "initial_state 'empty': dims must be fixed (0 or more)"),
+        (_state(initial_dims=[2]), "one for each of the state's dims [-1, 2], got [2]"),
+        (_state(initial_dims=[1, 3]), "initial_state 'empty': dims [1, 3] do not fit the state's dims [-1, 2]"),
+        (_state(initial_zero_data=True), "initial_state 'empty': needs exactly one of zero_data, data_file"),
+        (_state(initial_data_file=""), "initial_state 'empty': needs exactly one of zero_data, data_file"),
+        (_state(initial_data_file="../secret"), "data_file '../secret' must be a file name inside the model's"),
+        (_state(initial_data_file="sub/start.bin"), "data_file 'sub/start.bin' must be a file name inside"),
+        (_state(initial_data_file=".."), "data_file '..' must be a file name inside the model's initial_state"),
+    ],
+)
+def test_it_names_the_invalid_sequence_field(change: Callable[[ModelConfig], None], message: str) -> None:
+    config = sequence_config()
+    change(config)
+    with pytest.raises(InvalidArgument) as caught:
+        validate_config(config)
+    assert message in caught.value.message
+
+
+@pytest.mark.parametrize("utilization", [-0.1, 1.5, float("nan")])
+def test_it_keeps_minimum_slot_utilization_between_0_and_1(utilization: float) -> None:
+    config = sequence_config()
+    config.sequence_batching = SequenceBatching(minimum_slot_utilization=utilization)
+    with pytest.raises(InvalidArgument, match="direct minimum_slot_utilization must be between 0 and 1"):
+        validate_config(config)
+
+
+def test_it_allows_more_than_one_state_with_distinct_outputs() -> None:
+    config = sequence_config()
+    assert config.sequence_batching is not None
+    config.sequence_batching.state.append(SequenceState("OTHER_IN", "OTHER_OUT", "TYPE_FP32", [1]))
+    validate_config(config)
+    config.sequence_batching.state[1].output_name = "STATE_OUT"
+    with pytest.raises(InvalidArgument, match="state output_name 'STATE_OUT' is used by more than one state"):
         validate_config(config)

@@ -40,19 +40,18 @@ async def test_it_keeps_each_sequence_on_one_instance_and_refuses_a_sequence_wit
     manager = ModelManager()
     await manager.load(config, {1: version_dir(tmp_path, 1, "2")})
     served = manager.get("scale")
-    lanes = served.dispatcher.lanes
     with pytest.raises(InvalidArgument, match="must specify the START flag"):
         await served.infer(sequence_request(7, 1))
     with pytest.raises(InvalidArgument, match="non-zero or non-empty correlation ID"):
         await served.infer(sequence_request(0, 1, start=True))
     await served.infer(sequence_request(7, 1, start=True))
     await served.infer(sequence_request(8, 1, start=True))
-    router = served.dispatcher.router
-    assert {router.slots[7].lane, router.slots[8].lane} == {0, 1} and len(lanes) == 2
-    lane_of_7 = router.slots[7].lane
+    sequences = served.dispatcher.batcher.sequences
+    assert {sequences[7].lane, sequences[8].lane} == {0, 1}
+    lane_of_7 = sequences[7].lane
     response = await served.infer(sequence_request(7, 3, end=True))
     assert response.outputs["Y"].tolist() == [[6, 6]]
-    assert 7 not in router.slots and router.slots[8].lane != lane_of_7
+    assert 7 not in sequences and sequences[8].lane != lane_of_7
     await manager.stop()
 
 

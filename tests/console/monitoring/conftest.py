@@ -14,6 +14,7 @@ from channels.db import database_sync_to_async
 from django.contrib.auth import get_user_model
 
 from console.accounts.roles import set_role
+from console.demo_sequences import write_sequence_models
 from engine.monitoring.sampler import MetricsSampler
 from tests.conftest import ServerProcess, serve_process
 from tests.engine.model_factory import make_simple_onnx
@@ -62,6 +63,7 @@ def monitoring_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serv
     """A real `manage.py serve` with Triton's `simple` model and NVML switched off (no GPU, as on most CI)."""
     var_dir = tmp_path_factory.mktemp("monitoring") / "var"
     make_simple_onnx(var_dir / "models")
+    write_sequence_models(var_dir / "models", ("simple_sequence_onnx",))
     environment = {"INFERA_DISABLE_NVML": "1", "INFERA_INFERENCE_AUTH": "none"}
     with serve_process(var_dir, "--no-seed", "--no-access-log", env=environment) as server:
         if server.wait_for("/v2/models/simple/ready", timeout=120) != 200:

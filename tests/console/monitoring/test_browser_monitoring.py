@@ -3,6 +3,9 @@ live numbers on other pages, and a machine without NVML."""
 
 from __future__ import annotations
 
+import urllib.request
+
+import orjson
 import pytest
 
 from tests.conftest import ARTIFACTS, ServerProcess, sign_in
@@ -52,6 +55,24 @@ def test_it_extends_the_throughput_trace_as_load_arrives(monitoring_server: Serv
     assert after["points"] > before["points"]
     assert page.evaluate("window.__traces.every((t, i) => document.getElementById('chart-throughput').data[i] === t)")
     assert page.locator("#model-select option[value=simple]").count() == 1
+    assert errors == []
+
+
+def test_it_charts_live_sequences(monitoring_server: ServerProcess, page):
+    errors = open_monitoring(page, monitoring_server)
+    body = orjson.dumps(
+        {
+            "parameters": {"sequence_id": 4711, "sequence_start": True},
+            "inputs": [{"name": "INPUT", "shape": [1, 1], "datatype": "INT32", "data": [3]}],
+        }
+    )
+    request = urllib.request.Request(
+        monitoring_server.base_url + "/v2/models/simple_sequence_onnx/infer", data=body, method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        assert response.status == 200
+    # the sequence stays live (no END) until it idles out after five seconds
+    page.wait_for_function(f"({TRACE})(['chart-sequences', 'simple_sequence_onnx live']).peak >= 1", timeout=WAIT_MS)
     assert errors == []
 
 

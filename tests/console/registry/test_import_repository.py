@@ -74,4 +74,11 @@ def test_it_says_when_the_path_is_no_folder(tmp_path):
 def test_seed_demo_registers_the_demo_models(store):
     call_command("seed_demo", stdout=io.StringIO())
     names = dict(RegisteredModel.objects.values_list("name", "active_version__number"))
-    assert names == {"digits": 2, "simple": 1, "simple_string": 1}
+    assert names == {
+        "digits": 2,
+        "simple": 1,
+        "simple_string": 1,
+        "simple_sequence": 1,
+        "simple_dyna_sequence": 1,
+        "simple_sequence_onnx": 1,
+    }

@@ -9,7 +9,17 @@ import pytest
 
 from engine.backends import Device, get_backend
 from engine.backends.onnxruntime import DEFAULT_MAX_BATCH_SIZE, OnnxRuntimeBackend
-from engine.config import InstanceGroup, ModelConfig, TensorConfig
+from engine.config import (
+    InitialState,
+    InstanceGroup,
+    ModelConfig,
+    SequenceBatching,
+    SequenceControl,
+    SequenceControlInput,
+    SequenceState,
+    TensorConfig,
+)
+from engine.config_validate import validate_config
 from engine.errors import BackendError, LoadError
 from tests.engine.model_factory import (
     make_mlp_onnx,
@@ -194,3 +204,142 @@ def test_it_checks_the_config_at_load_too(tmp_path):
     config.output[1] = dataclasses.replace(config.output[1], data_type="TYPE_FP16")
     with pytest.raises(LoadError, match="output 'OUTPUT1' is TYPE_FP16 in config but TYPE_INT32"):
         loaded(config, make_simple_onnx(tmp_path))
+
+
+# ---- sequence models: control and state tensors ---------------------------------------------------------------
+
+
+def make_accumulator_onnx(tmp_path):
+    """A stateful model: STATE_OUT is INPUT at START, else STATE_IN + INPUT; OUTPUT repeats it, ID echoes CORRID."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    version = tmp_path / "acc" / "1"
+    version.mkdir(parents=True)
+    column = ["batch", 1]
+    graph = helper.make_graph(
+        [
+            helper.make_node("Sub", ["ONE", "START"], ["KEEP"]),
+            helper.make_node("Mul", ["STATE_IN", "KEEP"], ["CARRIED"]),
+            helper.make_node("Add", ["INPUT", "CARRIED"], ["STATE_OUT"]),
+            helper.make_node("Identity", ["STATE_OUT"], ["OUTPUT"]),
+            helper.make_node("Identity", ["CORRID"], ["ID"]),
+        ],
+        "acc",
+        [helper.make_tensor_value_info(n, TensorProto.INT32, column) for n in ("INPUT", "START", "STATE_IN")]
+        + [helper.make_tensor_value_info("CORRID", TensorProto.UINT64, column)],
+        [helper.make_tensor_value_info(n, TensorProto.INT32, column) for n in ("OUTPUT", "STATE_OUT")]
+        + [helper.make_tensor_value_info("ID", TensorProto.UINT64, column)],
+        initializer=[helper.make_tensor("ONE", TensorProto.INT32, [], [1])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.save(model, version / "model.onnx")
+    return version
+
+
+def accumulator_config(**fields) -> ModelConfig:
+    sequencing = SequenceBatching(
+        control_input=[
+            SequenceControlInput("START", [SequenceControl("CONTROL_SEQUENCE_START", int32_false_true=[0, 1])]),
+            SequenceControlInput("CORRID", [SequenceControl("CONTROL_SEQUENCE_CORRID", data_type="TYPE_UINT64")]),
+        ],
+        state=[
+            SequenceState(
+                "STATE_IN", "STATE_OUT", "TYPE_INT32", [1], [InitialState("TYPE_INT32", [1], zero_data=True, name="0")]
+            )
+        ],
+    )
+    return ModelConfig(name="acc", backend="onnxruntime", sequence_batching=sequencing, **fields)
+
+
+def a_sequence_step() -> dict[str, np.ndarray]:
+    """Two sequences in one batch: the first starts with 5, the second adds 7 to its state 100."""
+    return {
+        "INPUT": np.array([[5], [7]], np.int32),
+        "START": np.array([[1], [0]], np.int32),
+        "STATE_IN": np.array([[100], [100]], np.int32),
+        "CORRID": np.array([[11], [12]], np.uint64),
+    }
+
+
+def test_it_leaves_control_and_state_tensors_out_of_an_autocompleted_config(tmp_path):
+    version = make_accumulator_onnx(tmp_path)
+    config = OnnxRuntimeBackend.autocomplete(accumulator_config(), version)
+    assert config.max_batch_size == DEFAULT_MAX_BATCH_SIZE
+    assert config.dynamic_batching is None  # the sequence batcher schedules it
+    assert [(t.name, t.data_type, t.dims) for t in config.input] == [("INPUT", "TYPE_INT32", [1])]
+    assert [t.name for t in config.output] == ["OUTPUT", "ID"]
+    validate_config(config)
+
+
+def test_it_feeds_controls_and_state_and_returns_the_next_state(tmp_path):
+    version = make_accumulator_onnx(tmp_path)
+    backend = loaded(OnnxRuntimeBackend.autocomplete(accumulator_config(), version), tmp_path / "acc")
+    outputs = backend.execute(a_sequence_step())
+    assert list(outputs) == ["OUTPUT", "ID", "STATE_OUT"]
+    np.testing.assert_array_equal(outputs["STATE_OUT"], [[5], [107]])
+    np.testing.assert_array_equal(outputs["OUTPUT"], [[5], [107]])
+    assert outputs["ID"].dtype == np.uint64 and outputs["ID"].tolist() == [[11], [12]]
+
+
+def test_it_serves_a_state_output_the_config_also_lists(tmp_path):
+    version = make_accumulator_onnx(tmp_path)
+    partial = accumulator_config(max_batch_size=2, output=[TensorConfig("STATE_OUT", "TYPE_INT32", [1])])
+    config = OnnxRuntimeBackend.autocomplete(partial, version)
+    assert [t.name for t in config.output] == ["STATE_OUT"]
+    outputs = loaded(config, tmp_path / "acc").execute(a_sequence_step())
+    assert list(outputs) == ["STATE_OUT"]
+
+
+def test_it_lets_a_variable_state_dim_fit_a_fixed_model_dim(tmp_path):
+    version = make_accumulator_onnx(tmp_path)
+    config = accumulator_config()
+    config.sequence_batching.state[0].dims = [-1]
+    OnnxRuntimeBackend.autocomplete(config, version)
+
+
+def _sequencing_change(path: str, value):
+    def change(config: ModelConfig) -> None:
+        *parents, last = path.split(".")
+        target = config.sequence_batching
+        for part in parents:
+            target = target[int(part)] if part.isdigit() else getattr(target, part)
+        setattr(target, last, value)
+
+    return change
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            _sequencing_change("control_input.0.control", [SequenceControl("CONTROL_SEQUENCE_START", [], [0.0, 1.0])]),
+            "control input 'START' is TYPE_FP32 in config but TYPE_INT32 in the model",
+        ),
+        (
+            _sequencing_change("control_input.1.control.0.data_type", "TYPE_INT64"),
+            "control input 'CORRID' is TYPE_INT64 in config but TYPE_UINT64 in the model",
+        ),
+        (
+            _sequencing_change("control_input.0.name", "BEGIN"),
+            r"control input 'BEGIN' in config is not in the model \(model inputs: INPUT, START, STATE_IN, CORRID\)",
+        ),
+        (
+            _sequencing_change("state.0.output_name", "NEXT"),
+            r"state output 'NEXT' in config is not in the model \(model outputs: OUTPUT, STATE_OUT, ID\)",
+        ),
+        (_sequencing_change("state.0.dims", [2]), r"state input 'STATE_IN' has dims \[2\] in config but \[1\]"),
+        (_sequencing_change("control_input", []), "the model needs input 'START', which the config does not list"),
+    ],
+)
+def test_it_names_the_sequence_tensor_a_model_contradicts(tmp_path, change, message):
+    make_accumulator_onnx(tmp_path)
+    config = accumulator_config(
+        max_batch_size=2,
+        input=[TensorConfig("INPUT", "TYPE_INT32", [1])],
+        output=[TensorConfig("OUTPUT", "TYPE_INT32", [1])],
+    )
+    change(config)
+    with pytest.raises(LoadError, match=message):
+        loaded(config, tmp_path / "acc")

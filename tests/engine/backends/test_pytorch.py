@@ -10,7 +10,14 @@ import pytest
 
 from engine.backends import Device, get_backend
 from engine.backends.pytorch import PyTorchBackend, positional_order
-from engine.config import ModelConfig, TensorConfig
+from engine.config import (
+    ModelConfig,
+    SequenceBatching,
+    SequenceControl,
+    SequenceControlInput,
+    SequenceState,
+    TensorConfig,
+)
 from engine.errors import BackendError, LoadError
 from tests.engine.model_factory import addsub_config, make_torch_export, make_torchscript
 
@@ -115,3 +122,35 @@ def test_it_leaves_torch_unimported_until_a_torch_model_loads():
     code = "import sys, engine.backends.pytorch; assert 'torch' not in sys.modules; print('ok')"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
+
+
+def test_it_passes_control_and_state_inputs_by_index_and_returns_the_state_output(tmp_path):
+    # forward(a, b) -> (a + b, a - b): b is the START control, then the state; a - b is the state output
+    model_dir = make_torchscript(tmp_path, name="pt")
+    start = SequenceControlInput("START__1", [SequenceControl("CONTROL_SEQUENCE_START", fp32_false_true=[0.0, 1.0])])
+    config = ModelConfig(
+        name="pt",
+        platform="pytorch_libtorch",
+        max_batch_size=8,
+        input=[TensorConfig("INPUT__0", "TYPE_FP32", [16])],
+        output=[TensorConfig("OUTPUT__0", "TYPE_FP32", [16]), TensorConfig("OUTPUT__1", "TYPE_FP32", [16])],
+        sequence_batching=SequenceBatching(control_input=[start]),
+    )
+    inputs = np.ones((2, 16), np.float32)
+    outputs = loaded(config, model_dir).execute({"INPUT__0": inputs, "START__1": np.array([[1], [0]], np.float32)})
+    np.testing.assert_array_equal(outputs["OUTPUT__0"], [[2] * 16, [1] * 16])
+
+    config.output = [TensorConfig("OUTPUT__0", "TYPE_FP32", [16])]
+    config.sequence_batching = SequenceBatching(state=[SequenceState("STATE__1", "OUTPUT__1", "TYPE_FP32", [16])])
+    outputs = loaded(config, model_dir).execute({"INPUT__0": inputs, "STATE__1": np.full((2, 16), 3, np.float32)})
+    assert list(outputs) == ["OUTPUT__0", "OUTPUT__1"]
+    np.testing.assert_array_equal(outputs["OUTPUT__1"], np.full((2, 16), -2))
+
+
+def test_it_refuses_a_string_correlation_id(tmp_path):
+    corrid = SequenceControlInput("CORRID__1", [SequenceControl("CONTROL_SEQUENCE_CORRID", data_type="TYPE_STRING")])
+    config = addsub_config("pt", "pytorch_libtorch")
+    config.input = config.input[:1]
+    config.sequence_batching = SequenceBatching(control_input=[corrid])
+    with pytest.raises(LoadError, match="cannot serve TYPE_STRING tensor 'CORRID__1'"):
+        loaded(config, make_torchscript(tmp_path, name="pt"))

@@ -159,10 +159,10 @@ def write_repository(root: Path | str, names: list[str] | None = None, queue_del
             model = replace(model, queue_delay_us=queue_delay_us)
         folder = root / name
         folder.mkdir(parents=True, exist_ok=True)
-        _write_if_changed(folder / "config.pbtxt", config_pbtxt(model).encode())
+        write_if_changed(folder / "config.pbtxt", config_pbtxt(model).encode())
         for version in range(1, model.versions + 1):
             (folder / str(version)).mkdir(exist_ok=True)
-            _write_if_changed(folder / str(version) / "model.onnx", build_onnx(model, version).SerializeToString())
+            write_if_changed(folder / str(version) / "model.onnx", build_onnx(model, version).SerializeToString())
     return root
 
 
@@ -171,12 +171,12 @@ def write_python_repository(root: Path | str) -> Path:
     root = Path(root)
     for model, in_process in ((PY_ADD_SUB, False), (PY_ADD_SUB_INPROC, True)):
         (root / model.name / "1").mkdir(parents=True, exist_ok=True)
-        _write_if_changed(root / model.name / "config.pbtxt", python_config_pbtxt(model, in_process).encode())
-        _write_if_changed(root / model.name / "1" / "model.py", ADD_SUB_SOURCE.read_bytes())
+        write_if_changed(root / model.name / "config.pbtxt", python_config_pbtxt(model, in_process).encode())
+        write_if_changed(root / model.name / "1" / "model.py", ADD_SUB_SOURCE.read_bytes())
     return root
 
 
-def _write_if_changed(path: Path, data: bytes) -> None:
+def write_if_changed(path: Path, data: bytes) -> None:
     # rewriting an unchanged file would bump its mtime and make a running server's poller reload it
     if not path.exists() or path.read_bytes() != data:
         path.write_bytes(data)

@@ -49,12 +49,18 @@ def numpy_dtype(wire: str) -> np.dtype:
         raise ValueError(f"unsupported datatype '{wire}'") from None
 
 
+_NUMPY_TO_WIRE: dict[np.dtype, str] = {dtype: wire for wire, dtype in WIRE_TO_NUMPY.items() if wire != "BYTES"}
+
+
 def wire_type_of(array: np.ndarray) -> str:
     """The wire type name for a numpy array (object and bytes arrays are BYTES)."""
     dtype = array.dtype
+    wire = _NUMPY_TO_WIRE.get(dtype)
+    if wire is not None:
+        return wire
     if dtype.kind in ("O", "S", "U"):
         return "BYTES"
-    for wire, candidate in WIRE_TO_NUMPY.items():
+    for wire, candidate in WIRE_TO_NUMPY.items():  # a byte order or alignment variant of a known type
         if candidate == dtype:
             return wire
     raise ValueError(f"no Triton datatype for numpy dtype {dtype}")

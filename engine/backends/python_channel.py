@@ -21,6 +21,19 @@ import numpy as np
 from engine.datatypes import numpy_dtype, wire_type_of
 
 _LENGTH = struct.Struct("<I")
+_READ_SIZE = 1 << 16
+
+try:  # orjson where the interpreter has it (a model's own environment may not): headers are on every request
+    import orjson
+
+    _dumps = orjson.dumps
+    _loads = orjson.loads
+except ImportError:  # pragma: no cover - the server's own environment has orjson
+
+    def _dumps(header: dict[str, Any]) -> bytes:
+        return json.dumps(header, separators=(",", ":")).encode()
+
+    _loads = json.loads
 MAX_HEADER_BYTES = 64 << 20
 INITIAL_REGION_BYTES = 1 << 20
 _ALIGN = 64
@@ -36,7 +49,8 @@ class Region:
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self._map: mmap.mmap | None = None
-        self._mapped = 0
+        self._view: memoryview | None = None
+        self.size = 0  # bytes mapped here (the file may have grown since)
 
     @classmethod
     def create(cls, name: str, size: int = INITIAL_REGION_BYTES) -> Region:
@@ -46,29 +60,36 @@ class Region:
 
     def view(self, end: int) -> memoryview:
         """The region mapped at least up to `end` (remapped when the writer grew it)."""
-        if self._map is None or end > self._mapped:
+        if end > self.size or self._view is None:
             size = os.fstat(self.fd).st_size
             if end > size:
                 raise ChannelClosed(f"a tensor ends at byte {end}, past the shared region's {size} bytes")
-            if self._map is not None:
-                self._map.close()
+            self._unmap()
             self._map = mmap.mmap(self.fd, size)
-            self._mapped = size
-        return memoryview(self._map)
+            self._view = memoryview(self._map)
+            self.size = size
+        return self._view
 
     def grow(self, end: int) -> None:
-        size = os.fstat(self.fd).st_size
-        if end > size:
-            new_size = max(end, size * 2)
-            os.ftruncate(self.fd, new_size)
+        """Make the file hold at least `end` bytes (the writer's side)."""
+        if end > self.size:
+            size = os.fstat(self.fd).st_size
+            if end > size:
+                os.ftruncate(self.fd, max(end, size * 2))
 
-    def close(self) -> None:
+    def _unmap(self) -> None:
+        if self._view is not None:
+            self._view.release()
+            self._view = None
         if self._map is not None:
             try:
                 self._map.close()
-            except BufferError:  # a view is still alive somewhere; the mapping goes with the process
+            except BufferError:  # an array still looks at it; the mapping goes with the process
                 pass
             self._map = None
+
+    def close(self) -> None:
+        self._unmap()
         try:
             os.close(self.fd)
         except OSError:
@@ -84,6 +105,7 @@ class Channel:
         self.incoming = incoming
         self._send_lock = threading.Lock()
         self._used = 0
+        self._buffer = bytearray()  # bytes received and not yet parsed
 
     def reset(self) -> None:
         """Start writing tensors at the region's start again (the other side has copied what it was sent)."""
@@ -94,7 +116,7 @@ class Channel:
         with self._send_lock:
             if arrays:
                 header = dict(header, arrays=[self._write(array) for array in arrays])
-            data = json.dumps(header, separators=(",", ":")).encode()
+            data = _dumps(header)
             try:
                 self.sock.sendall(_LENGTH.pack(len(data)) + data)
             except OSError as exc:
@@ -104,7 +126,7 @@ class Channel:
         (length,) = _LENGTH.unpack(self._read_exactly(_LENGTH.size))
         if length > MAX_HEADER_BYTES:
             raise ChannelClosed(f"a message header of {length} bytes is over the limit")
-        header = json.loads(self._read_exactly(length))
+        header = _loads(self._read_exactly(length))
         arrays = [self._read(descriptor) for descriptor in header.pop("arrays", [])]
         return header, arrays
 
@@ -116,16 +138,19 @@ class Channel:
             self.incoming.close()
 
     def _read_exactly(self, count: int) -> bytes:
-        data = bytearray()
-        while len(data) < count:
+        """`count` bytes, read through a buffer: one recv usually brings a whole message, often more."""
+        buffer = self._buffer
+        while len(buffer) < count:
             try:
-                chunk = self.sock.recv(count - len(data))
+                chunk = self.sock.recv(max(_READ_SIZE, count - len(buffer)))
             except OSError as exc:
                 raise ChannelClosed(str(exc)) from None
             if not chunk:
                 raise ChannelClosed("the other side closed the link")
-            data += chunk
-        return bytes(data)
+            buffer += chunk
+        data = bytes(buffer[:count])
+        del buffer[:count]
+        return data
 
     def _write(self, array: np.ndarray) -> dict[str, Any]:
         wire = wire_type_of(array)
@@ -139,7 +164,6 @@ class Channel:
             view[offset:end] = payload
         else:
             view[offset:end] = payload.reshape(-1).view(np.uint8)
-        view.release()
         self._used = (end + _ALIGN - 1) // _ALIGN * _ALIGN
         return {"dtype": wire, "shape": list(array.shape), "offset": offset, "nbytes": nbytes}
 
@@ -147,14 +171,11 @@ class Channel:
         offset, nbytes = int(descriptor["offset"]), int(descriptor["nbytes"])
         shape = [int(d) for d in descriptor["shape"]]
         view = self.incoming.view(offset + nbytes)
-        try:
-            if descriptor["dtype"] == "BYTES":
-                return _bytes_array(bytes(view[offset : offset + nbytes]), shape)
-            dtype = numpy_dtype(descriptor["dtype"])
-            count = nbytes // dtype.itemsize
-            return np.frombuffer(view, dtype=dtype, count=count, offset=offset).reshape(shape).copy()
-        finally:
-            view.release()
+        if descriptor["dtype"] == "BYTES":
+            return _bytes_array(bytes(view[offset : offset + nbytes]), shape)
+        dtype = numpy_dtype(descriptor["dtype"])
+        count = nbytes // dtype.itemsize
+        return np.frombuffer(view, dtype=dtype, count=count, offset=offset).reshape(shape).copy()
 
 
 def _bytes_payload(array: np.ndarray) -> bytes:

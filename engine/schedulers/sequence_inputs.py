@@ -42,6 +42,7 @@ class SequenceInputs:
                 self.controls.append(_control(control_input.name, control))
         self.initial = {state.input_name: _initial_value(config.name, state, version_path) for state in self.states}
         self.state_outputs = {state.output_name: state.input_name for state in self.states}
+        self.listed_outputs = {tensor.name for tensor in config.output}  # a state output the client may ask for
 
     def check(self, request: InferenceRequest, model: str) -> None:
         """Refuse a correlation ID the model's CORRID control cannot carry."""
@@ -92,10 +93,10 @@ class SequenceInputs:
         answer = {}
         for name, array in outputs.items():
             input_name = self.state_outputs.get(name)
-            if input_name is None:
-                answer[name] = array
-            else:
+            if input_name is not None:
                 state[input_name] = np.array(array[0] if self.batching else array)
+            if input_name is None or name in self.listed_outputs:
+                answer[name] = array
         return answer
 
     def _shaped(self, value: np.ndarray) -> np.ndarray:
@@ -133,16 +134,17 @@ def _initial_value(model: str, state: SequenceState, version_path: Path | None) 
         return np.zeros(dims, dtype)
     if version_path is None:
         raise LoadError(f"model '{model}': state '{state.input_name}' reads initial_state/{initial.data_file}")
-    path = Path(version_path) / "initial_state" / initial.data_file
+    # Triton reads it from the model folder's `initial_state/`, beside the version folders
+    path = Path(version_path).parent / "initial_state" / initial.data_file
     try:
         raw = path.read_bytes()
     except OSError as exc:
         shown = f"initial_state/{initial.data_file}"
         raise LoadError(f"model '{model}': initial state file '{shown}': {exc.strerror}") from None
     expected = int(np.prod(dims)) * dtype.itemsize
-    if len(raw) != expected:
+    if len(raw) < expected:  # a longer file is read from its start, as Triton does
         raise LoadError(
             f"model '{model}': initial state file 'initial_state/{initial.data_file}' holds {len(raw)} bytes, "
             f"dims {dims} of {state.data_type} need {expected}"
         )
-    return np.frombuffer(raw, dtype).reshape(dims).copy()
+    return np.frombuffer(raw[:expected], dtype).reshape(dims).copy()

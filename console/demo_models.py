@@ -4,6 +4,8 @@
 - `simple_string`: the same on BYTES tensors of decimal strings, as a python-backend `model.py`.
 - `simple_sequence`, `simple_dyna_sequence`, `simple_sequence_onnx`: stateful models for the sequence batcher
   (console.demo_sequences).
+- `digits_pipeline`: an ensemble of `digits_preprocess` (python, PNG → pixels), `digits` and `digits_postprocess`
+  (python, the label and the top three) (console.demo_pipeline).
 - `digits`: a small MLP trained here on scikit-learn's bundled 8x8 digits, exported to ONNX in two versions of
   visibly different accuracy (1: barely trained, 2: trained properly), so switching versions shows in results.
 """
@@ -21,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from console.demo_pipeline import PIPELINE_CONFIG, PIPELINE_MODELS
 from console.demo_sequences import SEQUENCE_MODELS
 
 SIMPLE_CONFIG = """\
@@ -214,7 +217,7 @@ def seed_repository(store: Path, log: Callable[[str], None] = print) -> SeedRepo
         if target.exists():
             report.kept.append(label)
             return
-        _write_folder_atomically(target, {filename: build()})
+        _write_folder_atomically(target, {filename: build()} if filename else {})
         report.created.append(label)
 
     _write_config(store / "simple", SIMPLE_CONFIG)
@@ -235,6 +238,12 @@ def seed_repository(store: Path, log: Callable[[str], None] = print) -> SeedRepo
             return onnx_bytes
 
         version("digits", number, "model.onnx", build_digits)
+
+    for name, config, filename, contents in PIPELINE_MODELS:
+        _write_config(store / name, config)
+        version(name, 1, filename, lambda contents=contents: contents)
+    _write_config(store / "digits_pipeline", PIPELINE_CONFIG)
+    version("digits_pipeline", 1, "", bytes)  # an ensemble's version folder holds no model file
 
     for label in report.created:
         log(f"created {label}")

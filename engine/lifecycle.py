@@ -16,6 +16,7 @@ from engine.backends.base import InstanceContext
 from engine.config import InstanceGroup, ModelConfig
 from engine.datatypes import config_to_wire, numpy_dtype
 from engine.dispatch import Dispatcher
+from engine.ensemble import EnsembleDispatcher, EnsemblePlan
 from engine.errors import LoadError, ModelNotFound, Unavailable
 from engine.instances import ModelInstance
 from engine.names import without_folders
@@ -172,6 +173,9 @@ class ServedVersion:
 
         `services` (engine.model_services.ModelServices) is what model code of this version may call on.
         """
+        if self.config.backend_name == "ensemble":
+            self._load_ensemble(services)
+            return
         try:
             for i, (device, instance_name) in enumerate(instance_slots(self.config, gpus)):
                 self._check_cancelled()
@@ -192,6 +196,30 @@ class ServedVersion:
             self.dispatcher = Dispatcher(self.name, self.version, self.config, self.instances, self.stats)
         self.dispatcher.start()
         self.state = ModelState.READY
+
+    def _load_ensemble(self, services: Any) -> None:
+        """An ensemble has no instances: its dispatcher sends each step to its model through the server."""
+        plan = EnsemblePlan(self.config)
+        if services is None:
+            raise LoadError("an ensemble needs a server to run its steps on")
+        problem = plan.problem(services.config_of)
+        if problem is not None:
+            raise LoadError(problem)
+        self.dispatcher = EnsembleDispatcher(plan, self.version, services.infer, self.stats)
+        self.state = ModelState.READY
+
+    def recheck_ensemble(self, services: Any) -> None:
+        """An ensemble whose composing models changed: UNAVAILABLE with the reason, or READY again."""
+        if not isinstance(self.dispatcher, EnsembleDispatcher) or self.state not in (
+            ModelState.READY,
+            ModelState.UNAVAILABLE,
+        ):
+            return
+        problem = self.dispatcher.plan.problem(services.config_of)
+        if problem is None:
+            self.state, self.reason = ModelState.READY, ""
+        else:
+            self.state, self.reason = ModelState.UNAVAILABLE, problem
 
     async def _warm_up(self) -> None:
         for sample in self.config.model_warmup:
@@ -222,7 +250,8 @@ class ServedVersion:
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
         draining = self.state is ModelState.UNLOADING and self.holds_sequence(request)
         if (self.state is not ModelState.READY and not draining) or self.dispatcher is None:
-            raise Unavailable(f"model '{self.name}' version {self.version} is not ready")
+            because = f": {self.reason}" if self.reason and self.state is ModelState.UNAVAILABLE else ""
+            raise Unavailable(f"model '{self.name}' version {self.version} is not ready{because}")
         self.inflight += 1
         self._drained.clear()
         try:
@@ -286,6 +315,9 @@ class ModelManager:
         self.services = services  # what model code may call on (BLS, custom metrics), handed to each instance
         self.models: dict[str, ModelEntry] = {}
         self._draining_tasks: set[asyncio.Task] = set()
+        self._ensembles: dict[str, tuple] = {}  # ensemble name -> the arguments of its last load
+        self._refreshing = False
+        self._stopping = False
 
     async def load(
         self,
@@ -303,6 +335,8 @@ class ModelManager:
         name = config.name
         if not version_paths:
             raise LoadError("it has no version to load", model=name)
+        if config.backend_name == "ensemble":  # kept to load again once the models it needs arrive
+            self._ensembles[name] = (config, dict(version_paths), active, configs)
         entry = self.models.setdefault(name, ModelEntry(name))
         async with entry.lock:
             kept: dict[int, ServedVersion] = {}
@@ -341,6 +375,29 @@ class ModelManager:
             entry.error = ""
             log.info("model '%s' serving versions %s (active %s)", name, sorted(kept), entry.active)
         await self._retire(entry, retired)
+        if config.backend_name != "ensemble":
+            await self.refresh_ensembles()
+
+    async def refresh_ensembles(self) -> None:
+        """After a model changed: loaded ensembles check their composing models again (UNAVAILABLE with the reason,
+        or READY), and ensembles that could not load for want of a model are loaded again."""
+        if self._refreshing or self._stopping or self.services is None:
+            return
+        self._refreshing = True
+        try:
+            for name, arguments in list(self._ensembles.items()):
+                entry = self.models.get(name)
+                if entry is None:
+                    continue
+                for served in entry.versions.values():
+                    served.recheck_ensemble(self.services)
+                if entry.failures and not entry.versions:
+                    try:
+                        await self.load(*arguments[:3], configs=arguments[3])
+                    except LoadError as exc:
+                        log.info("ensemble '%s' still cannot serve: %s", name, exc.reason)
+        finally:
+            self._refreshing = False
 
     async def _retire(self, entry: ModelEntry, retired: list[ServedVersion], wait: bool = False) -> None:
         """Unload versions that no longer serve. One with live sequences drains in the background: its sequences
@@ -376,6 +433,8 @@ class ModelManager:
         for old in retired:
             old.cancel_drain()  # an unload ends live sequences; only a switch lets them finish
         await self._retire(entry, retired, wait=True)
+        self._ensembles.pop(name, None)
+        await self.refresh_ensembles()
 
     def status(self, name: str) -> ModelStatus:
         """The typed state of `name` (no versions when the engine has never heard of it)."""
@@ -432,6 +491,7 @@ class ModelManager:
         return served
 
     async def stop(self) -> None:
+        self._stopping = True
         for entry in self.models.values():
             for old in list(entry.draining):
                 old.cancel_drain()

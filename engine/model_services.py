@@ -51,6 +51,16 @@ class ModelServices:
         self.metrics = metrics
         self.loop: asyncio.AbstractEventLoop | None = None
 
+    @property
+    def infer(self) -> Callable[[InferenceRequest], Awaitable[InferenceResponse]]:
+        """The server's own inference (for schedulers that call other models: ensembles)."""
+        return self._infer
+
+    @property
+    def config_of(self) -> Callable[[str, int | None], ModelConfig]:
+        """The config a loaded model serves with (ModelNotFound/Unavailable when it serves none)."""
+        return self._config_of
+
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
 

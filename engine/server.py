@@ -16,6 +16,7 @@ from engine.config import ModelConfig
 from engine.config_format import config_to_dict, parse_config_json
 from engine.custom_metrics import CustomMetrics
 from engine.devices import gpu_count
+from engine.ensemble import EnsemblePlan
 from engine.errors import Forbidden, InferaError, LoadError, ModelNotFound
 from engine.lifecycle import ModelManager, ModelState, ModelStatus, ServedVersion, VersionStatus
 from engine.log_settings import LogSettings
@@ -163,6 +164,8 @@ class InferenceServer:
                     resolved, _ = resolve_config(name, model_dir, version_paths[version], given, override)
                     admission.check_code(resolved, caller, self.settings)
             effective = complete_config(name, model_dir, latest, raw, override)
+            if effective.backend_name == "ensemble":
+                await self._load_composing_models(effective, caller)
             if not versions:
                 selected = select_versions(effective.version_policy, sorted(version_paths))
                 version_paths = {v: version_paths[v] for v in selected}
@@ -218,6 +221,20 @@ class InferenceServer:
         self._sent_files[name] = root
         if previous is not None:
             shutil.rmtree(previous, ignore_errors=True)
+
+    async def _load_composing_models(self, config: ModelConfig, caller: Principal) -> None:
+        """Load the models an ensemble's steps call that the repository has and the engine does not serve yet
+        (as Triton does); one that fails leaves the ensemble UNAVAILABLE with the reason."""
+        for model in EnsemblePlan(config).models():
+            entry = self.manager.models.get(model)
+            if entry is not None and entry.versions:
+                continue
+            if self.repository is None or model not in self.repository.model_names():
+                continue
+            try:
+                await self.load_model(model, caller=caller)
+            except InferaError as exc:
+                log.warning("ensemble '%s': its model '%s' did not load: %s", config.name, model, exc.message)
 
     def _forget_sent_files(self, name: str) -> bool:
         """Remove the folder of files a model was loaded from, when it had one."""

@@ -17,6 +17,7 @@ _BUILTIN_MODULES = {
     "onnxruntime": "engine.backends.onnxruntime",
     "pytorch": "engine.backends.pytorch",
     "python": "engine.backends.python",
+    "ensemble": "engine.backends.ensemble",
 }
 _registry: dict[str, type[Backend]] = {}
 

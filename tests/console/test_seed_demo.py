@@ -30,6 +30,11 @@ def test_it_lays_out_a_triton_repository(store: Path):
         "digits/1/model.onnx",
         "digits/2/model.onnx",
         "digits/config.pbtxt",
+        "digits_pipeline/config.pbtxt",
+        "digits_postprocess/1/model.py",
+        "digits_postprocess/config.pbtxt",
+        "digits_preprocess/1/model.py",
+        "digits_preprocess/config.pbtxt",
         "simple/1/model.onnx",
         "simple/config.pbtxt",
         "simple_dyna_sequence/1/model.py",
@@ -95,6 +100,9 @@ def test_it_keeps_what_is_there_when_run_again(store: Path):
     assert sorted(report.kept) == [
         "digits/1",
         "digits/2",
+        "digits_pipeline/1",
+        "digits_postprocess/1",
+        "digits_preprocess/1",
         "simple/1",
         "simple_dyna_sequence/1",
         "simple_sequence/1",
@@ -111,6 +119,8 @@ def test_it_keeps_an_edited_config(tmp_path: Path):
     (tmp_path / "digits" / "1").mkdir(parents=True)
     (tmp_path / "digits" / "2").mkdir(parents=True)
     for name in ("simple_sequence", "simple_dyna_sequence", "simple_sequence_onnx"):
+        (tmp_path / name / "1").mkdir(parents=True)
+    for name in ("digits_pipeline", "digits_preprocess", "digits_postprocess"):
         (tmp_path / name / "1").mkdir(parents=True)
     report = seed_repository(tmp_path, log=lambda line: None)
     assert report.created == ["simple/1"]

@@ -76,6 +76,9 @@ def test_seed_demo_registers_the_demo_models(store):
     names = dict(RegisteredModel.objects.values_list("name", "active_version__number"))
     assert names == {
         "digits": 2,
+        "digits_pipeline": 1,
+        "digits_preprocess": 1,
+        "digits_postprocess": 1,
         "simple": 1,
         "simple_string": 1,
         "simple_sequence": 1,

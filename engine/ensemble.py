@@ -1,0 +1,246 @@
+"""Triton's ensemble scheduler: a model whose `ensemble_scheduling.step`s pass tensors from model to model.
+
+`EnsemblePlan` reads and checks the steps on their own (every tensor produced once, read only once produced, no
+cycle, every output produced) and against the composing models' configs (loaded, types and shapes that can
+match, batch sizes); `EnsembleDispatcher` runs one request: a step starts as soon as all its inputs exist, so
+independent branches run at once, and each step is an ordinary request to its model, batched there with
+everyone else's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.config import ModelConfig, TensorConfig
+from engine.errors import BackendError, InferaError, InvalidArgument
+from engine.stats import ModelStats
+from engine.types import InferenceRequest, InferenceResponse
+
+Infer = Callable[[InferenceRequest], Awaitable[InferenceResponse]]
+ConfigOf = Callable[[str, int | None], ModelConfig]
+
+
+@dataclass(frozen=True)
+class EnsembleStep:
+    """One step: the model it calls and how its tensors map to the ensemble's (model name -> ensemble name)."""
+
+    index: int
+    model_name: str
+    model_version: int  # -1: the version the model serves
+    input_map: dict[str, str]
+    output_map: dict[str, str]
+
+    @property
+    def label(self) -> str:
+        return f"step {self.index} ('{self.model_name}')"
+
+
+class EnsemblePlan:
+    """An ensemble's steps, checked: who produces each tensor, and in which order steps may run."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        self.config = config
+        self.name = config.name
+        raw = (config.ensemble_scheduling or {}).get("step") or []
+        prefix = f"ensemble '{config.name}'"
+        if not raw:
+            raise InvalidArgument(f"{prefix}: ensemble_scheduling has no step")
+        self.steps = [
+            EnsembleStep(
+                index,
+                str(step.get("model_name", "")),
+                int(step.get("model_version", -1)),
+                dict(step.get("input_map", {})),
+                dict(step.get("output_map", {})),
+            )
+            for index, step in enumerate(raw)
+        ]
+        self.inputs = {t.name for t in config.input}
+        self.producer: dict[str, EnsembleStep] = {}
+        for step in self.steps:
+            if not step.model_name:
+                raise InvalidArgument(f"{prefix}: step {step.index} names no model")
+            if not step.output_map:
+                raise InvalidArgument(f"{prefix}: {step.label} has no output_map")
+            for tensor in step.output_map.values():
+                if tensor in self.inputs:
+                    raise InvalidArgument(f"{prefix}: {step.label} produces '{tensor}', which is an ensemble input")
+                if tensor in self.producer:
+                    raise InvalidArgument(
+                        f"{prefix}: tensor '{tensor}' is produced twice, by {self.producer[tensor].label} and "
+                        f"{step.label}"
+                    )
+                self.producer[tensor] = step
+        for step in self.steps:
+            for model_input, tensor in step.input_map.items():
+                if tensor not in self.inputs and tensor not in self.producer:
+                    raise InvalidArgument(
+                        f"{prefix}: {step.label} reads '{tensor}' (for its input '{model_input}'), which no step "
+                        "produces and which is not an ensemble input"
+                    )
+        for output in config.output:
+            if output.name not in self.producer:
+                raise InvalidArgument(f"{prefix}: ensemble output '{output.name}' is produced by no step")
+        self._check_cycles(prefix)
+
+    def _check_cycles(self, prefix: str) -> None:
+        available = set(self.inputs)
+        left = list(self.steps)
+        while left:
+            ready = [s for s in left if all(t in available for t in s.input_map.values())]
+            if not ready:
+                names = ", ".join(s.label for s in left)
+                raise InvalidArgument(f"{prefix}: the steps form a cycle: {names} wait for each other's outputs")
+            for step in ready:
+                available.update(step.output_map.values())
+                left.remove(step)
+
+    def models(self) -> list[str]:
+        """The composing models, in step order, once each."""
+        return list(dict.fromkeys(step.model_name for step in self.steps))
+
+    def problem(self, config_of: ConfigOf) -> str | None:
+        """Why the ensemble cannot serve with the models loaded now (a missing model, a type or shape that
+        cannot match), or None."""
+        prefix = f"ensemble '{self.name}'"
+        types: dict[str, TensorConfig] = {t.name: t for t in self.config.input}
+        for step in self._order():
+            version = step.model_version if step.model_version > 0 else None
+            try:
+                model = config_of(step.model_name, version)
+            except InferaError:
+                wanted = f"version {version} of " if version else ""
+                return f"{prefix}: {step.label} needs {wanted}model '{step.model_name}', which is not loaded"
+            if self.config.max_batch_size > model.max_batch_size:
+                return (
+                    f"{prefix}: max_batch_size {self.config.max_batch_size} is over the max_batch_size "
+                    f"{model.max_batch_size} of '{step.model_name}' ({step.label})"
+                )
+            for model_input, tensor in step.input_map.items():
+                wanted = model.input_named(model_input)
+                if wanted is None:
+                    return f"{prefix}: {step.label}: model '{step.model_name}' has no input '{model_input}'"
+                given = types.get(tensor)
+                if given is not None and (clash := _clash(given, wanted)):
+                    return f"{prefix}: {step.label}: tensor '{tensor}' for input '{model_input}' {clash}"
+            for model_output, tensor in step.output_map.items():
+                produced = model.output_named(model_output)
+                if produced is None:
+                    return f"{prefix}: {step.label}: model '{step.model_name}' has no output '{model_output}'"
+                types[tensor] = produced
+        for output in self.config.output:
+            if clash := _clash(types[output.name], output):
+                return f"{prefix}: ensemble output '{output.name}' {clash}"
+        return None
+
+    def _order(self) -> list[EnsembleStep]:
+        available = set(self.inputs)
+        order: list[EnsembleStep] = []
+        left = list(self.steps)
+        while left:
+            ready = [s for s in left if all(t in available for t in s.input_map.values())]
+            for step in ready:
+                available.update(step.output_map.values())
+                left.remove(step)
+                order.append(step)
+        return order
+
+
+def _clash(given: TensorConfig, wanted: TensorConfig) -> str | None:
+    """Why a tensor of `given`'s type and dims cannot feed one declared as `wanted`, or None."""
+    if given.data_type != wanted.data_type:
+        return f"is {given.data_type}, the input takes {wanted.data_type}"
+    dims, other = list(given.dims), list(wanted.dims)
+    if len(dims) != len(other) or any(a != b and -1 not in (a, b) for a, b in zip(dims, other, strict=True)):
+        return f"has dims {dims}, the input takes {other}"
+    return None
+
+
+class EnsembleDispatcher:
+    """Runs an ensemble's requests: each step an ordinary request to its model, steps at once where they can."""
+
+    def __init__(self, plan: EnsemblePlan, version: int, infer: Infer, stats: ModelStats) -> None:
+        self.plan = plan
+        self.name = plan.name
+        self.version = version
+        self.infer = infer
+        self.stats = stats
+        self.queued = 0
+        self.step_seconds: list[tuple[int, float, float]] = []  # (step, start, end) of recent runs, for tests
+
+    def start(self) -> None:
+        """Nothing to start: steps run on their models' own schedulers."""
+
+    async def stop(self) -> None:
+        """Nothing to stop: an ensemble's requests finish on their models."""
+
+    async def submit(self, request: InferenceRequest) -> InferenceResponse:
+        started = time.monotonic_ns()
+        try:
+            tensors = await self._run(request)
+        except InferaError:
+            self.stats.record_failure(time.monotonic_ns() - started, request.protocol)
+            raise
+        outputs = {t.name: tensors[t.name] for t in self.plan.config.output}
+        done = time.monotonic_ns()
+        self.stats.record_success(done - started, 0, done, request.protocol)
+        self.stats.inference_count += request.batch_size
+        self.stats.execution_count += 1
+        return InferenceResponse(model_name=self.name, model_version=self.version, outputs=outputs, id=request.id)
+
+    async def _run(self, request: InferenceRequest) -> dict[str, np.ndarray]:
+        tensors: dict[str, np.ndarray] = dict(request.inputs)
+        waiting = list(self.plan.steps)
+        running: dict[asyncio.Task, EnsembleStep] = {}
+        try:
+            while waiting or running:
+                for step in [s for s in waiting if all(t in tensors for t in s.input_map.values())]:
+                    waiting.remove(step)
+                    task = asyncio.ensure_future(self._step(step, request, tensors))
+                    running[task] = step
+                if not running:
+                    raise InvalidArgument(f"ensemble '{self.name}': no step can run with the given inputs")
+                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    step = running.pop(task)
+                    outputs = task.result()
+                    for model_output, tensor in step.output_map.items():
+                        tensors[tensor] = outputs[model_output]
+        finally:
+            for task in running:
+                task.cancel()
+        return tensors
+
+    async def _step(
+        self, step: EnsembleStep, request: InferenceRequest, tensors: dict[str, np.ndarray]
+    ) -> dict[str, np.ndarray]:
+        step_request = InferenceRequest(
+            model_name=step.model_name,
+            inputs={model_input: tensors[tensor] for model_input, tensor in step.input_map.items()},
+            model_version=step.model_version if step.model_version > 0 else None,
+            id=request.id,
+            parameters=dict(request.parameters),
+            priority=request.priority,
+            timeout_us=request.timeout_us,
+            batch_size=request.batch_size,
+            protocol="ensemble",
+        )
+        began = time.monotonic()
+        try:
+            response = await self.infer(step_request)
+        except InferaError as exc:
+            raise type(exc)(f"in ensemble '{self.name}', {step.label}: {exc.message}") from None
+        self._remember(step.index, began, time.monotonic())
+        missing = [name for name in step.output_map if name not in response.outputs]
+        if missing:
+            raise BackendError(f"in ensemble '{self.name}', {step.label}: the model gave no output '{missing[0]}'")
+        return response.outputs
+
+    def _remember(self, index: int, began: float, ended: float) -> None:
+        self.step_seconds.append((index, began, ended))
+        del self.step_seconds[:-256]

@@ -26,6 +26,8 @@ from bench.infera import LAUNCH_MODES, ConsoleHome, infera_spec, resolve_mode
 from bench.models import MLP_SMALL, MODELS, write_python_repository, write_repository
 from bench.python_runs import CONCURRENCIES, MODES, measure_python_models
 from bench.report import print_summary, write_outputs
+from bench.sequence_models import PREFERRED_BATCH_SIZES, QUEUE_DELAY_US, STRATEGIES, write_sequence_repository
+from bench.sequence_runs import CONCURRENCY, STEPS, measure_sequence_models
 from bench.servers import ROOT, NotAvailable, ServerProcess, ServerSpec, echo_spec, free_port
 from bench.system import load_average, system_info, usable_cores
 from bench.wrk import WRK, WrkScripts
@@ -33,7 +35,7 @@ from bench.wrk import WRK, WrkScripts
 RESULTS = ROOT / "bench" / "results"
 HTTP_TARGETS = ("echo-uvicorn", "echo-daphne", "infera-uvicorn", "infera-daphne", "mlserver")
 DEFAULT_TARGETS = ("echo-uvicorn", "infera-uvicorn", "infera-daphne", "mlserver")
-SECTIONS = ("direct", "http", "grpc", "engine", "hotswap", "dashboards", "python")
+SECTIONS = ("direct", "http", "grpc", "engine", "hotswap", "dashboards", "python", "sequences")
 
 
 def csv(kind):
@@ -237,6 +239,27 @@ def python_section(args, repository: Path, workdir: Path, scripts: WrkScripts) -
     }
 
 
+def sequences_section(args, workdir: Path) -> dict:
+    """The ONNX accumulator under direct, oldest and no sequence batching, in one infera-uvicorn process."""
+    sequence_repository = write_sequence_repository(RESULTS / "sequence-repository").resolve()
+    mode = resolve_mode(args.infera_launch)
+    spec = infera_spec("uvicorn", free_port(), sequence_repository, workdir / "sequences", mode)
+    with_models(spec, list(STRATEGIES), "infera-sequences")
+    with ServerProcess(spec, RESULTS / "logs"):
+        rows = measure_sequence_models(spec.base_url, args.seconds, args.runs)
+    return {
+        "rows": rows,
+        "concurrency": CONCURRENCY,
+        "steps": STEPS,
+        "preferred_batch_sizes": list(PREFERRED_BATCH_SIZES),
+        "queue_delay_us": QUEUE_DELAY_US,
+        "seconds": args.seconds,
+        "runs": args.runs,
+        "launch": mode,
+        "cores": usable_cores(),
+    }
+
+
 def render_only(out: Path) -> int:
     """Re-render the markdown from the last run (after adding GPU results or editing the closing note)."""
     published = RESULTS / "published.json"
@@ -329,6 +352,12 @@ def main(argv: list[str] | None = None) -> int:
                 lambda: python_section(args, repository, workdir, scripts),
             )
             results["python"].update(date=results["date"], command=results["command"])
+        if "sequences" in args.sections:
+            results["sequences"] = guarded(
+                f"sequences: {CONCURRENCY} sequences of {STEPS} steps, direct / oldest / none (ONNX accumulator)",
+                lambda: sequences_section(args, workdir),
+            )
+            results["sequences"].update(date=results["date"], command=results["command"])
     finally:
         scripts.close()
         shutil.rmtree(workdir, ignore_errors=True)

@@ -17,7 +17,7 @@ except ImportError:  # pragma: no cover - uvloop comes with uvicorn[standard]
 CALL_TIMEOUT_S = 10.0  # a request that takes longer is a hang, reported instead of waited for
 
 
-def _counts(stats: dict, model: str) -> tuple[int, int]:
+def inference_counts(stats: dict, model: str) -> tuple[int, int]:
     """(inference_count, execution_count) summed over the model's versions in Triton's statistics format."""
     inferences = executions = 0
     for entry in stats.get("model_stats", []):
@@ -58,7 +58,7 @@ async def _run_engine(repository: Path, model_name: str, seconds: float, concurr
             calls += 100
         single_us = (time.perf_counter() - start) / calls * 1e6
 
-        before = _counts(server.statistics(model_name), model_name)
+        before = inference_counts(server.statistics(model_name), model_name)
         done = 0
         deadline = time.perf_counter() + seconds
 
@@ -71,7 +71,7 @@ async def _run_engine(repository: Path, model_name: str, seconds: float, concurr
         start = time.perf_counter()
         await asyncio.wait_for(asyncio.gather(*(caller() for _ in range(concurrency))), seconds + CALL_TIMEOUT_S)
         elapsed = time.perf_counter() - start
-        after = _counts(server.statistics(model_name), model_name)
+        after = inference_counts(server.statistics(model_name), model_name)
     finally:
         await server.stop()
     executions = after[1] - before[1]

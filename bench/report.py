@@ -235,6 +235,66 @@ def python_text(run: dict) -> str:
     )
 
 
+def sequences_text(run: dict) -> str:
+    """The three strategies' figures, each next to the baseline's, and any failure or wrong sum quoted."""
+    rows = run["rows"]
+    baseline = next((r for r in rows if r["model"] == "accumulator_stateless"), None)
+    cells = []
+    for row in rows:
+        ratio = f"{row['rps'] / baseline['rps']:.2f}" if baseline and baseline["rps"] else "-"
+        rates = [r["rps"] for r in row["runs"]] or [0.0]
+        spread = f"{min(rates):.0f}–{max(rates):.0f}"
+        cells.append(
+            [row["strategy"], f"`{row['model']}`", *_figures(row)[:3], spread, ratio, f"{row['mean_batch']:.1f}"]
+            + [str(row["errors"]), str(row["wrong"])]
+        )
+    launch = "the console, `manage.py serve`" if run["launch"] == "console" else "the engine-only app"
+    text = (
+        f"Measured by `{run['command']}` on {run['date']}. One Infera process under uvicorn ({launch}) serves "
+        "three copies of `console/demo_sequences.py`'s ONNX accumulator (`bench/sequence_models.py`; INT32 "
+        "`INPUT` [1] → `OUTPUT`, the running sum), each with `max_batch_size` 64 on one instance so that "
+        f"{run['concurrency']} sequences are live at once: `direct {{ }}` (64 slots, Triton's defaults: a batch "
+        "goes as soon as the instance is free, up to the highest occupied slot, fillers included), `oldest` "
+        f"(`max_candidate_sequences` 64, `preferred_batch_size` {run['preferred_batch_sizes']}, "
+        f"`max_queue_delay_microseconds` {run['queue_delay_us']}), both with START/READY controls and the "
+        "implicit state `STATE_IN`/`STATE_OUT` kept by the server; and the baseline without sequence batching, "
+        "the same graph with START, READY and STATE_IN sent by the client as ordinary inputs (so its bodies "
+        "carry three more tensors) and the dynamic batcher set as oldest is. The load is "
+        "`bench/sequence_runs.py`, not wrk (a sequence's bodies change step by step): "
+        f"{run['concurrency']} workers on keep-alive connections, each running sequences of {run['steps']} "
+        "steps back to back (START on the first, END on the last, one request in flight), for "
+        f"{run['seconds']:g} s a run, a sequence cut short at the deadline ending with an END step; every "
+        "answer is checked against the running sum the client keeps. Each figure is the median of "
+        f"{run['runs']} runs (the runs' req/s column gives their range), the three models' runs rotating "
+        "after a 1 s warm-up of each; failures (no answer or not 200) and wrong sums are summed over the runs; "
+        "the mean batch is the server's requests per execution over the measured runs.\n\n"
+        + table(
+            [
+                "sequence batching",
+                "model",
+                "req/s",
+                "p50 ms",
+                "p99 ms",
+                "runs' req/s",
+                "/ none",
+                "mean batch",
+                "failed",
+                "wrong sums",
+            ],
+            cells,
+        )
+    )
+    examples = [f"{row['strategy']}: {example}" for row in rows for example in row["examples"]]
+    if examples:
+        text += "\n\nFirst failures and wrong sums: " + "; ".join(_short(e, 200) for e in examples)
+    return text + (
+        f"\n\nOn this {run['cores']}-core machine the server process, its onnxruntime session (one thread) and the "
+        "load generator (one Python process on uvloop) share the cores, so every figure is bounded by the HTTP "
+        "path, the batchers' bookkeeping and the load generator, not by the graph; other work on the machine moves "
+        "a whole run by 10% or more, so rows whose ranges of runs overlap are not told apart here."
+    )
+
+
 def gpu_text(gpu: dict | None) -> str:
     if not gpu:
         return (
@@ -285,6 +345,7 @@ def grpc_table(results: dict) -> str:
 
 
 PYTHON_HEADING = "Python models: isolated vs in-process"
+SEQUENCES_HEADING = "Sequence batcher: direct, oldest and no sequence batching"
 # the headings each `--sections` entry fills; a run of some sections rewrites only theirs (see write_outputs)
 SECTION_HEADINGS = {
     "direct": ("Direct ceiling: onnxruntime session.run in process",),
@@ -294,6 +355,7 @@ SECTION_HEADINGS = {
     "hotswap": ("Hot swap under load",),
     "dashboards": ("Dashboards open under load",),
     "python": (PYTHON_HEADING,),
+    "sequences": (SEQUENCES_HEADING,),
 }
 
 
@@ -320,6 +382,7 @@ def section_renderers(results: dict) -> dict[str, Callable[[], str]]:
         "Hot swap under load": lambda: section_or_reason(results.get("hotswap"), hotswap_text),
         "Dashboards open under load": lambda: section_or_reason(results.get("dashboards"), dashboards_text),
         PYTHON_HEADING: lambda: section_or_reason(results.get("python"), python_text),
+        SEQUENCES_HEADING: lambda: section_or_reason(results.get("sequences"), sequences_text),
         "GPU path (bench/gpu.sh)": lambda: gpu_text(results.get("gpu")),
     }
     if CLOSING_NOTE.exists():

@@ -8,12 +8,16 @@ server must never unpickle what it sends.
 
 from __future__ import annotations
 
+import itertools
 import json
 import mmap
 import os
+import select
 import socket
 import struct
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -130,6 +134,16 @@ class Channel:
         arrays = [self._read(descriptor) for descriptor in header.pop("arrays", [])]
         return header, arrays
 
+    def readable(self, timeout: float | None) -> bool:
+        """Whether a message (or the end of the link) can be read within `timeout` seconds (None: wait)."""
+        if self._buffer:
+            return True
+        try:
+            ready, _, _ = select.select([self.sock], [], [], timeout)
+        except (OSError, ValueError):
+            return True  # a closed socket: the read that follows reports it
+        return bool(ready)
+
     def close(self) -> None:
         try:
             self.sock.close()
@@ -197,3 +211,94 @@ def _bytes_array(raw: bytes, shape: list[int]) -> np.ndarray:
         items.append(raw[position : position + length])
         position += length
     return np.array(items, dtype=object).reshape(shape)
+
+
+Message = tuple[dict[str, Any], list[np.ndarray]]
+
+
+class Exchange:
+    """Questions and answers over one channel. Whoever waits for an answer reads the channel meanwhile (handling
+    what else arrives), so an answer reaches its asker without a hop through another thread; when nobody is
+    asking, `serve` reads. Messages that are not answers go to `handle`, outside the read lock."""
+
+    def __init__(self, channel: Channel, handle: Callable[[dict[str, Any], list[np.ndarray]], None]) -> None:
+        self.channel = channel
+        self.handle = handle
+        self._read_lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._answers: dict[int, Message | None] = {}
+        self._answered = threading.Condition(threading.Lock())
+        self.closed: str | None = None  # why the link ended, once it has
+
+    def ask(
+        self, header: dict[str, Any], arrays: list[np.ndarray] | tuple[()] = (), timeout: float | None = None
+    ) -> Message:
+        """Send a question and read until its answer arrives; ChannelClosed or TimeoutError otherwise."""
+        number = next(self._ids)
+        with self._answered:
+            self._answers[number] = None
+        try:
+            self.channel.send(dict(header, id=number), arrays)
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while True:
+                with self._answered:
+                    answer = self._answers[number]
+                    if answer is not None:
+                        return answer
+                    if self.closed is not None:
+                        raise ChannelClosed(self.closed)
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError
+                if self._read_lock.acquire(timeout=-1 if left is None else left):
+                    try:
+                        self._read_until(number, deadline)
+                    finally:
+                        self._read_lock.release()
+        finally:
+            with self._answered:
+                self._answers.pop(number, None)
+
+    def _read_until(self, number: int, deadline: float | None) -> None:
+        """Holding the read lock: read messages until `number` is answered, the deadline passes or the link ends."""
+        while True:
+            with self._answered:
+                if self._answers.get(number) is not None or self.closed is not None:
+                    return
+            left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            if not self.channel.readable(left):
+                return  # the deadline passed: ask() raises
+            message = self._receive()
+            if message is not None:
+                self.handle(*message)
+
+    def serve(self) -> None:
+        """Read while nobody asks, until the link ends (then `closed` says why and every asker is told)."""
+        while self.closed is None:
+            self.channel.readable(None)
+            with self._read_lock:
+                message = self._receive() if self.closed is None and self.channel.readable(0) else None
+            if message is not None:
+                self.handle(*message)
+
+    def _receive(self) -> Message | None:
+        """One message: an answer is filed for its asker (None is returned), anything else is returned."""
+        try:
+            header, arrays = self.channel.receive()
+        except ChannelClosed as exc:
+            with self._answered:
+                self.closed = self.closed or str(exc) or "the link closed"
+            return None
+        number = header.get("answer")
+        if number is not None:
+            with self._answered:
+                if number in self._answers:
+                    self._answers[number] = (header, arrays)
+            return None
+        return header, arrays
+
+    def answer(
+        self, question: dict[str, Any], header: dict[str, Any], arrays: list[np.ndarray] | tuple[()] = ()
+    ) -> None:
+        """Answer a question the other side asked."""
+        self.channel.send(dict(header, answer=question["id"]), arrays)

@@ -8,8 +8,6 @@ and log lines from model code, which go to the instance's EngineModelHost.
 
 from __future__ import annotations
 
-import concurrent.futures
-import itertools
 import logging
 import os
 import socket
@@ -22,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.backends.python_channel import Channel, ChannelClosed, Region
+from engine.backends.python_channel import Channel, ChannelClosed, Exchange, Region
 from engine.backends.python_host import EngineModelHost
 from engine.errors import InferaError
 from engine.types import ModelCall, ModelCallResult
@@ -80,9 +78,7 @@ class StubProcess:
         self.channel: Channel | None = None
         self.closing = False
         self.dead: str | None = None
-        self._ids = itertools.count(1)
-        self._waiting: dict[int, concurrent.futures.Future] = {}
-        self._lock = threading.Lock()
+        self.exchange: Exchange | None = None
         self._reader: threading.Thread | None = None
 
     def start(self) -> None:
@@ -109,6 +105,7 @@ class StubProcess:
             theirs.close()
         # the server's copy of the stub's outgoing region is only read
         self.channel = Channel(ours, to_stub, to_server)
+        self.exchange = Exchange(self.channel, self._handle)
         self._reader = threading.Thread(target=self._read, name=f"infera-stub-{self.label}", daemon=True)
         self._reader.start()
 
@@ -119,23 +116,15 @@ class StubProcess:
     def ask(
         self, header: dict[str, Any], arrays: list[np.ndarray] | tuple[()] = (), timeout: float | None = None
     ) -> tuple[dict[str, Any], list[np.ndarray]]:
-        """Send a request to the stub and wait for its answer; StubDied or TimeoutError otherwise."""
-        if self.dead is not None or self.channel is None:
+        """Send a request to the stub and wait for its answer (reading the link meanwhile, so the answer needs no
+        hop through the reader thread); StubDied or TimeoutError otherwise."""
+        exchange = self.exchange
+        if self.dead is not None or exchange is None:
             raise StubDied(self.dead or "the stub process is not running")
-        future: concurrent.futures.Future = concurrent.futures.Future()
-        with self._lock:
-            number = next(self._ids)
-            self._waiting[number] = future
         try:
-            self.channel.send(dict(header, id=number), arrays)
+            return exchange.ask(header, arrays, timeout)
         except ChannelClosed:
-            pass  # the reader sees the link close and fails this request with the reason
-        try:
-            return future.result(timeout)
-        except concurrent.futures.TimeoutError:
-            with self._lock:
-                self._waiting.pop(number, None)
-            raise TimeoutError from None
+            raise StubDied(self.dead or self.exit_reason()) from None
 
     def kill(self) -> None:
         """End the stub now (a request ran past its deadline, or the server is unloading it)."""
@@ -172,21 +161,11 @@ class StubProcess:
         return f"its stub process exited with code {code}"
 
     def _read(self) -> None:
-        channel = self.channel
-        try:
-            if channel is None:
-                raise ChannelClosed("the stub was never started")
-            while True:
-                header, arrays = channel.receive()
-                self._handle(header, arrays)
-        except ChannelClosed:
-            pass
+        """The reader thread: read while nobody asks; when the link ends, note why and report the death once."""
+        if self.exchange is not None:
+            self.exchange.serve()
         reason = self.exit_reason()
         self.dead = reason
-        with self._lock:
-            waiting, self._waiting = self._waiting, {}
-        for future in waiting.values():
-            future.set_exception(StubDied(reason))
         if not self.closing and self.on_death is not None:
             self.on_death(reason)
 
@@ -200,22 +179,19 @@ class StubProcess:
             )
         elif op == "metric_declare":
             error = self._quietly(self.host.declare, header["name"], header["description"], header["kind"])
-            self._send({"op": "metric_answer", "id": header["id"], "error": error or ""})
+            self._answer(header, {"error": error or ""})
         elif op == "metric_value":
             try:
                 answer = {"value": self.host.value(header["name"], header["labels"])}
             except InferaError as exc:
                 answer = {"error": exc.message}
-            self._send(dict(answer, op="metric_answer", id=header["id"]))
+            self._answer(header, answer)
         elif op == "metric_release":
             self.host.release(header["name"])
         elif op == "log":
             self.host.log(int(header.get("level", logging.INFO)), str(header.get("message", "")))
         else:
-            with self._lock:
-                future = self._waiting.pop(int(header.get("id") or 0), None)
-            if future is not None:
-                future.set_result((header, arrays))
+            log.warning("model stub %s sent an unknown message '%s'", self.label, op)
 
     def _relay_call(self, header: dict[str, Any], arrays: list[np.ndarray]) -> None:
         spec = header["call"]
@@ -230,23 +206,24 @@ class StubProcess:
             flags=int(spec.get("flags", 0)),
             timeout_us=int(spec.get("timeout_us", 0)),
         )
-        number = header["id"]
-        self.host.call(call).add_done_callback(lambda done: self._answer_call(number, done.result()))
+        self.host.call(call).add_done_callback(lambda done: self._answer_call(header, done.result()))
 
-    def _answer_call(self, number: int, results: list[ModelCallResult]) -> None:
+    def _answer_call(self, question: dict[str, Any], results: list[ModelCallResult]) -> None:
         arrays: list[np.ndarray] = []
         entries = []
         for result in results:
             entries.append({"outputs": list(result.outputs), "error": result.error, "code": result.code})
             arrays += list(result.outputs.values())
-        self._send({"op": "call_answer", "id": number, "results": entries}, arrays)
+        self._answer(question, {"results": entries}, arrays)
 
-    def _send(self, header: dict[str, Any], arrays: list[np.ndarray] | tuple[()] = ()) -> None:
-        channel = self.channel
-        if channel is None:
+    def _answer(
+        self, question: dict[str, Any], header: dict[str, Any], arrays: list[np.ndarray] | tuple[()] = ()
+    ) -> None:
+        exchange = self.exchange
+        if exchange is None:
             return
         try:
-            channel.send(header, arrays)
+            exchange.answer(question, header, arrays)
         except ChannelClosed:
             pass  # the stub is gone; the reader reports it
 

@@ -10,47 +10,26 @@ follows the thread that started the stub, and restarts start stubs from threads 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import itertools
 import os
-import queue
 import socket
 import sys
-import threading
 from typing import Any
 
 import numpy as np
 
 from engine.backends import python_utils as pb_utils
-from engine.backends.python_channel import Channel, ChannelClosed, Region
+from engine.backends.python_channel import Channel, ChannelClosed, Exchange, Region
 from engine.backends.python_model import ModelCodeError, ModelRunner, RequestData, bls_responses, model_call
 from engine.types import ModelCallResult
 
 
 class StubHost:
-    """pb_utils.ModelHost over the channel: every call model code makes outside itself goes to the server."""
+    """pb_utils.ModelHost over the exchange: every call model code makes outside itself goes to the server."""
 
-    def __init__(self, channel: Channel) -> None:
-        self.channel = channel
-        self._ids = itertools.count(1)
-        self._waiting: dict[int, concurrent.futures.Future] = {}
-        self._lock = threading.Lock()
+    def __init__(self, exchange: Exchange) -> None:
+        self.exchange = exchange
 
-    def ask(self, header: dict[str, Any], arrays: list[np.ndarray] | tuple[()] = ()) -> concurrent.futures.Future:
-        future: concurrent.futures.Future = concurrent.futures.Future()
-        with self._lock:
-            number = next(self._ids)
-            self._waiting[number] = future
-        self.channel.send(dict(header, id=number), arrays)
-        return future
-
-    def answer(self, header: dict[str, Any], arrays: list[np.ndarray]) -> None:
-        with self._lock:
-            future = self._waiting.pop(int(header["id"]), None)
-        if future is not None:
-            future.set_result((header, arrays))
-
-    def _call(self, request: pb_utils.InferenceRequest) -> concurrent.futures.Future:
+    def _call_message(self, request: pb_utils.InferenceRequest) -> tuple[dict[str, Any], list[np.ndarray]]:
         call = model_call(request)
         names = list(call.inputs)
         header = {
@@ -67,26 +46,29 @@ class StubHost:
                 "timeout_us": call.timeout_us,
             },
         }
-        return self.ask(header, [call.inputs[name] for name in names])
+        return header, [call.inputs[name] for name in names]
 
     def infer(self, request: pb_utils.InferenceRequest, decoupled: bool) -> list[pb_utils.InferenceResponse]:
-        return _call_results(*self._call(request).result())
+        return _call_results(*self.exchange.ask(*self._call_message(request)))
 
     async def async_infer(
         self, request: pb_utils.InferenceRequest, decoupled: bool
     ) -> list[pb_utils.InferenceResponse]:
-        return _call_results(*await asyncio.wrap_future(self._call(request)))
+        # a worker thread waits (and reads the link) so the model's other coroutines go on meanwhile
+        header, arrays = self._call_message(request)
+        loop = asyncio.get_running_loop()
+        return _call_results(*await loop.run_in_executor(None, self.exchange.ask, header, arrays))
 
     def metric_family(self, family: pb_utils.MetricFamily) -> None:
         kind = pb_utils.MetricFamily.KINDS[family.kind]
-        header, _ = self.ask(
+        header, _ = self.exchange.ask(
             {"op": "metric_declare", "name": family.name, "description": family.description, "kind": kind}
-        ).result()
+        )
         if header.get("error"):
             raise pb_utils.TritonModelException(header["error"])
 
     def metric_update(self, metric: pb_utils.Metric, action: str, value: float) -> None:
-        self.channel.send(
+        self.exchange.channel.send(
             {
                 "op": "metric_update",
                 "name": metric.family.name,
@@ -98,16 +80,16 @@ class StubHost:
         )
 
     def metric_value(self, metric: pb_utils.Metric) -> float:
-        header, _ = self.ask({"op": "metric_value", "name": metric.family.name, "labels": metric.labels}).result()
+        header, _ = self.exchange.ask({"op": "metric_value", "name": metric.family.name, "labels": metric.labels})
         if header.get("error"):
             raise pb_utils.TritonModelException(header["error"])
         return float(header["value"])
 
     def metric_release(self, family: pb_utils.MetricFamily) -> None:
-        self.channel.send({"op": "metric_release", "name": family.name})
+        self.exchange.channel.send({"op": "metric_release", "name": family.name})
 
     def log(self, level: int, message: str) -> None:
-        self.channel.send({"op": "log", "level": level, "message": message})
+        self.exchange.channel.send({"op": "log", "level": level, "message": message})
 
 
 def _call_results(header: dict[str, Any], arrays: list[np.ndarray]) -> list[pb_utils.InferenceResponse]:
@@ -122,48 +104,35 @@ def _call_results(header: dict[str, Any], arrays: list[np.ndarray]) -> list[pb_u
 
 
 class Stub:
-    """The stub's loop: read messages, hand model work to the model thread in order."""
+    """The stub's loop: read what the server sends; run model work on this thread, in order, and answer it."""
 
     def __init__(self, channel: Channel) -> None:
         self.channel = channel
-        self.host = StubHost(channel)
+        self.exchange = Exchange(channel, self._handle)
+        self.host = StubHost(self.exchange)
         pb_utils.set_process_host(self.host)
         self.runner: ModelRunner | None = None
-        self._work: queue.SimpleQueue = queue.SimpleQueue()
+        self.finished = False
 
     def run(self) -> None:
-        worker = threading.Thread(target=self._model_thread, name="infera-stub-model", daemon=True)
-        worker.start()
-        while True:
-            try:
-                header, arrays = self.channel.receive()
-            except ChannelClosed:
-                os._exit(0)  # the server is gone: nothing is left to answer
-            op = header.get("op")
-            if op in ("load", "auto_complete", "execute", "finalize"):
-                self._work.put((header, arrays))
-                if op == "finalize":
-                    worker.join()
-                    return
-            else:
-                self.host.answer(header, arrays)
+        self.exchange.serve()  # returns when the server closes the link (or dies)
 
-    def _model_thread(self) -> None:
-        while True:
-            header, arrays = self._work.get()
-            op = header["op"]
-            try:
-                reply, out = getattr(self, f"_{op}")(header, arrays)
-            except ModelCodeError as exc:
-                reply, out = {"op": "failed", "message": str(exc)}, []
-            except Exception as exc:  # noqa: BLE001 - whatever happens, the server gets an answer
-                reply, out = {"op": "failed", "message": f"{type(exc).__name__}: {exc}"}, []
-            try:
-                self.channel.send(dict(reply, id=header.get("id")), out)
-            except ChannelClosed:
-                os._exit(0)
-            if op == "finalize":
-                return
+    def _handle(self, header: dict[str, Any], arrays: list[np.ndarray]) -> None:
+        op = header.get("op")
+        if op not in ("load", "auto_complete", "execute", "finalize"):
+            return
+        try:
+            reply, out = getattr(self, f"_{op}")(header, arrays)
+        except ModelCodeError as exc:
+            reply, out = {"op": "failed", "message": str(exc)}, []
+        except Exception as exc:  # noqa: BLE001 - whatever happens, the server gets an answer
+            reply, out = {"op": "failed", "message": f"{type(exc).__name__}: {exc}"}, []
+        try:
+            self.exchange.answer(header, reply, out)
+        except ChannelClosed:
+            os._exit(0)
+        if op == "finalize":
+            os._exit(0)  # finalize() ran and was answered: nothing is left to do
 
     def _runner(self, header: dict[str, Any]) -> ModelRunner:
         return ModelRunner(header["model_path"], header["module_name"], header["model_name"], self.host)

@@ -1,8 +1,8 @@
 """Triton's trace extension: sampled requests' timestamps, written as Triton's trace JSON to the trace file.
 
 Settings are global, or per model (a model's own settings override the global ones key by key, as Triton's do):
-`trace_level` (OFF or TIMESTAMPS; TENSORS is refused: tensors are not recorded), `trace_rate` (one request in N is
-traced), `trace_count` (how many more traces, -1 for no limit), `log_frequency` (write a numbered file every N
+`trace_level` (OFF, or TIMESTAMPS and/or TENSORS: each traced request's input and output tensors), `trace_rate`
+(one request in N is traced), `trace_count` (how many more traces, -1 for no limit), `log_frequency` (write a numbered file every N
 traces; 0 keeps one file, rewritten after each trace) and `trace_file`, which must lie in the server's trace folder
 (INFERA_TRACE_DIR): a caller may name a file there, never write elsewhere on the server. A traced request collects
 REQUEST_START, QUEUE_START, COMPUTE_START, COMPUTE_INPUT_END, COMPUTE_OUTPUT_START, COMPUTE_END and REQUEST_END, in
@@ -19,6 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from engine.datatypes import wire_type_of
 from engine.errors import InvalidArgument, Unsupported
 
 LEVELS = ("OFF", "TIMESTAMPS", "TENSORS")
@@ -34,22 +37,45 @@ DEFAULTS: dict[str, Any] = {
 
 @dataclass
 class Trace:
-    """The timestamps of one traced request."""
+    """What one traced request recorded: its timestamps, and (level TENSORS) its input and output tensors."""
 
     id: int
     model: str
     version: int
     timestamps: list[tuple[str, int]] = field(default_factory=list)
+    tensors: list[dict[str, Any]] = field(default_factory=list)
+    with_timestamps: bool = True
+    with_tensors: bool = False
 
     def mark(self, name: str, ns: int | None = None) -> None:
-        self.timestamps.append((name, time.monotonic_ns() if ns is None else ns))
+        if self.with_timestamps:
+            self.timestamps.append((name, time.monotonic_ns() if ns is None else ns))
+
+    def record_tensors(self, activity: str, tensors: dict[str, np.ndarray]) -> None:
+        """Keep tensors as Triton's TENSORS level writes them: values and shape as comma-separated text."""
+        if not self.with_tensors:
+            return
+        for name, array in tensors.items():
+            values = [v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in array.reshape(-1).tolist()]
+            self.tensors.append(
+                {
+                    "activity": activity,
+                    "tensor": {
+                        "name": name,
+                        "data": ",".join(str(v) for v in values),
+                        "shape": ",".join(str(d) for d in array.shape),
+                        "dtype": wire_type_of(array),
+                    },
+                }
+            )
 
     def to_json(self) -> list[dict[str, Any]]:
-        """Triton's two records of a trace: which model, then the timestamps."""
-        return [
-            {"id": self.id, "model_name": self.model, "model_version": self.version},
-            {"id": self.id, "timestamps": [{"name": name, "ns": ns} for name, ns in self.timestamps]},
-        ]
+        """Triton's records of a trace: which model, the timestamps, then one record per tensor."""
+        records: list[dict[str, Any]] = [{"id": self.id, "model_name": self.model, "model_version": self.version}]
+        if self.with_timestamps:
+            records.append({"id": self.id, "timestamps": [{"name": name, "ns": ns} for name, ns in self.timestamps]})
+        records += [{"id": self.id, **entry} for entry in self.tensors]
+        return records
 
 
 @dataclass
@@ -113,7 +139,14 @@ class Tracer:
                 return None
             if state.remaining > 0:
                 state.remaining -= 1
-            return Trace(next(self._ids), model, version)
+            levels = values["trace_level"]
+            return Trace(
+                next(self._ids),
+                model,
+                version,
+                with_timestamps="TIMESTAMPS" in levels,
+                with_tensors="TENSORS" in levels,
+            )
 
     def finish(self, trace: Trace) -> None:
         """Record a finished trace and write the trace file as its settings ask."""
@@ -153,9 +186,8 @@ def _checked(key: str, value: Any, directory: Path | None) -> Any:
         unknown = [level for level in levels if level not in LEVELS]
         if unknown or not levels:
             raise InvalidArgument(f"trace_level must be a list of {', '.join(LEVELS)}, got {value!r}")
-        if "TENSORS" in levels:
-            raise Unsupported("trace_level TENSORS is not supported: this server traces TIMESTAMPS only")
-        return ["OFF"] if levels == ["OFF"] or "OFF" in levels and len(set(levels)) == 1 else ["TIMESTAMPS"]
+        chosen = [level for level in ("TIMESTAMPS", "TENSORS") if level in levels]
+        return chosen or ["OFF"]
     if isinstance(value, list):
         if len(value) != 1:
             raise InvalidArgument(f"trace setting '{key}' takes one value, got {value!r}")

@@ -245,6 +245,7 @@ class GrpcFrontEnd:
         trace = request.trace = self.server.tracer.start(message.model_name, served.version)
         if trace is not None:
             trace.mark("REQUEST_START", started)
+            trace.record_tensors("TENSOR_QUEUE_INPUT", request.inputs)
         result = await self.server.infer(request)
         batched = served.config.max_batch_size > 0
         answer = encode_grpc_response(
@@ -252,6 +253,7 @@ class GrpcFrontEnd:
         )
         if trace is not None:
             trace.mark("REQUEST_END")
+            trace.record_tensors("TENSOR_BACKEND_OUTPUT", result.outputs)
             await asyncio.to_thread(self.server.tracer.finish, trace)
         return answer
 

@@ -155,12 +155,14 @@ async def infer(server: InferenceServer, incoming: Incoming) -> Reply:
     trace = request.trace = server.tracer.start(route.model, served.version)
     if trace is not None:
         trace.mark("REQUEST_START", started)
+        trace.record_tensors("TENSOR_QUEUE_INPUT", request.inputs)
     response = await server.infer(request)
     payload, header_length = encode_infer_response(
         response, request, batched=served.config.max_batch_size > 0, shared_memory=server.shared_memory
     )
     if trace is not None:
         trace.mark("REQUEST_END")
+        trace.record_tensors("TENSOR_BACKEND_OUTPUT", response.outputs)
         await asyncio.to_thread(server.tracer.finish, trace)
     reply = Reply(200, payload)
     if header_length is not None:

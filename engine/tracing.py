@@ -1,12 +1,12 @@
 """Triton's trace extension: sampled requests' timestamps, written as Triton's trace JSON to the trace file.
 
 Settings are global, or per model (a model's own settings override the global ones key by key, as Triton's do):
-`trace_level` (OFF, or TIMESTAMPS and/or TENSORS: each traced request's input and output tensors), `trace_rate`
-(one request in N is traced), `trace_count` (how many more traces, -1 for no limit), `log_frequency` (write a numbered file every N
-traces; 0 keeps one file, rewritten after each trace) and `trace_file`, which must lie in the server's trace folder
-(INFERA_TRACE_DIR): a caller may name a file there, never write elsewhere on the server. A traced request collects
-REQUEST_START, QUEUE_START, COMPUTE_START, COMPUTE_INPUT_END, COMPUTE_OUTPUT_START, COMPUTE_END and REQUEST_END, in
-nanoseconds of the monotonic clock, from the front end and the dispatcher.
+`trace_level` (OFF, or TIMESTAMPS and/or TENSORS: each traced request's input and output tensors), `trace_rate` (one
+request in N is traced), `trace_count` (how many more traces, -1 for no limit), `log_frequency` (write a numbered
+file every N traces; 0 keeps one file, rewritten after each trace) and `trace_file`, which must lie in the server's
+trace folder (INFERA_TRACE_DIR): a caller may name a file there, never write elsewhere on the server. A traced
+request collects REQUEST_START, QUEUE_START, COMPUTE_START, COMPUTE_INPUT_END, COMPUTE_OUTPUT_START, COMPUTE_END and
+REQUEST_END, in nanoseconds of the monotonic clock, from the front end and the dispatcher.
 """
 
 from __future__ import annotations

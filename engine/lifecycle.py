@@ -316,6 +316,8 @@ class ModelManager:
         self.models: dict[str, ModelEntry] = {}
         self._draining_tasks: set[asyncio.Task] = set()
         self._ensembles: dict[str, tuple] = {}  # ensemble name -> the arguments of its last load
+        # asked before a load retires versions: raises when something (a traffic policy) still needs one
+        self.keeps_versions: Any = None
         self._refreshing = False
         self._stopping = False
 
@@ -337,6 +339,8 @@ class ModelManager:
             raise LoadError("it has no version to load", model=name)
         if config.backend_name == "ensemble":  # kept to load again once the models it needs arrive
             self._ensembles[name] = (config, dict(version_paths), active, configs)
+        if self.keeps_versions is not None:
+            self.keeps_versions(name, set(version_paths))
         entry = self.models.setdefault(name, ModelEntry(name))
         async with entry.lock:
             kept: dict[int, ServedVersion] = {}

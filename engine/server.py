@@ -6,6 +6,8 @@ import asyncio
 import logging
 import shutil
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
 import orjson
@@ -17,7 +19,7 @@ from engine.config_format import config_to_dict, parse_config_json
 from engine.custom_metrics import CustomMetrics
 from engine.devices import gpu_count
 from engine.ensemble import EnsemblePlan
-from engine.errors import Forbidden, InferaError, LoadError, ModelNotFound
+from engine.errors import Forbidden, InferaError, InvalidArgument, LoadError, ModelNotFound
 from engine.lifecycle import ModelManager, ModelState, ModelStatus, ServedVersion, VersionStatus
 from engine.log_settings import LogSettings
 from engine.model_services import ModelServices
@@ -26,6 +28,7 @@ from engine.repository import ModelRepository, complete_config, resolve_config, 
 from engine.settings import EngineSettings
 from engine.shared_memory import SharedMemoryRegistry
 from engine.tracing import Tracer
+from engine.traffic import TrafficPolicy, TrafficState, check_policy, policy_from_dict
 from engine.types import InferenceRequest, InferenceResponse
 
 log = logging.getLogger("infera.engine")
@@ -68,6 +71,11 @@ class InferenceServer:
         self.tracer = Tracer(self.settings.trace_dir)  # Triton's trace extension
         self._started = False
         self._sent_files: dict[str, Path] = {}  # models loaded from files sent with a load: their temporary roots
+        self.traffic: dict[str, TrafficState] = {}  # models under a canary or shadow policy
+        self._shadow_tasks: set[asyncio.Task] = set()
+        # called as (model, the policy that was rolled back, why) when a guard rolls a policy back
+        self.on_traffic_rollback: Callable[[str, TrafficPolicy, str], None] | None = None
+        self.manager.keeps_versions = self._policy_keeps
 
     async def start(self, load_models: bool = True) -> None:
         """Start serving; with `load_models`, load every model in the repository (failures are logged).
@@ -86,6 +94,8 @@ class InferenceServer:
 
     async def stop(self) -> None:
         self._started = False
+        if self._shadow_tasks:
+            await asyncio.wait(list(self._shadow_tasks))
         await self.manager.stop()
         self.shared_memory.close()
         for path in self._sent_files.values():
@@ -248,6 +258,7 @@ class InferenceServer:
         if not caller.may_change_models:
             raise Forbidden(f"'{caller.name}' may not unload models ('{name}')")
         await self.manager.unload(name)
+        self.traffic.pop(name, None)
         sent = self._forget_sent_files(name)
         if sent or self.repository is None or name not in self.repository.model_names():
             self.manager.forget(name)  # nothing to show in the index: no folder in the repository
@@ -330,7 +341,104 @@ class InferenceServer:
         return {"model_stats": [s.stats.to_dict() for s in served]}
 
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
-        return await self.manager.route(request).infer(request)
+        state = self.traffic.get(request.model_name)
+        if (
+            state is None
+            or state.policy.mode == "active"
+            or request.model_version is not None
+            or request.sequence_id not in (0, "")  # a sequence stays on one version: the active one
+        ):
+            return await self.manager.route(request).infer(request)
+        active = self.manager.get(request.model_name)
+        if state.policy.mode == "canary":
+            version = state.router.choose(request.parameters, active.version)
+            if version == active.version or not self.model_ready(request.model_name, version):
+                return await active.infer(request)
+            return await self._on_candidate(state, request, self.manager.get(request.model_name, version))
+        response = await active.infer(request)
+        target = state.router.shadow_target()
+        if target is not None and self.model_ready(request.model_name, target):
+            task = asyncio.get_running_loop().create_task(self._shadow(state, request, response, target))
+            self._shadow_tasks.add(task)
+            task.add_done_callback(self._shadow_tasks.discard)
+        return response
+
+    async def _on_candidate(self, state: TrafficState, request: InferenceRequest, served: ServedVersion):
+        """A canary request on the candidate: timed, so the guard can roll the policy back."""
+        started = time.monotonic()
+        try:
+            response = await served.infer(request)
+        except InferaError:
+            self._guard(state, request.model_name, failed=True, seconds=time.monotonic() - started)
+            raise
+        self._guard(state, request.model_name, failed=False, seconds=time.monotonic() - started)
+        return response
+
+    async def _shadow(
+        self, state: TrafficState, request: InferenceRequest, answered: InferenceResponse, target: int
+    ) -> None:
+        """Run a copy of an answered request on the shadow candidate and compare; its answer goes nowhere."""
+        copy = InferenceRequest(
+            model_name=request.model_name,
+            inputs=request.inputs,
+            model_version=target,
+            parameters=dict(request.parameters),
+            batch_size=request.batch_size,
+            protocol="shadow",
+        )
+        started = time.monotonic()
+        try:
+            candidate = await self.manager.get(request.model_name, target).infer(copy)
+        except InferaError:
+            state.comparison.failed()
+            self._guard(state, request.model_name, failed=True, seconds=time.monotonic() - started)
+            return
+        self._guard(state, request.model_name, failed=False, seconds=time.monotonic() - started)
+        state.comparison.compare(request.inputs, answered.outputs, candidate.outputs)
+
+    def _guard(self, state: TrafficState, model: str, *, failed: bool, seconds: float) -> None:
+        reason = state.guard.record(failed, seconds) if state.guard is not None else None
+        if reason is None or self.traffic.get(model) is not state:
+            return
+        log.warning("model '%s': traffic policy rolled back to the active version: %s", model, reason)
+        rolled = TrafficState.of(TrafficPolicy())
+        rolled.rolled_back = reason
+        rolled.comparison = state.comparison
+        self.traffic[model] = rolled
+        if self.on_traffic_rollback is not None:
+            self.on_traffic_rollback(model, state.policy, reason)
+
+    # ---- traffic policies
+
+    def set_traffic_policy(self, name: str, policy: TrafficPolicy, *, caller: Principal = SYSTEM) -> None:
+        """Put a traffic policy in force for `name` (InvalidArgument when its versions are not READY)."""
+        if not caller.may_change_models:
+            raise Forbidden(f"'{caller.name}' may not change the traffic of model '{name}'")
+        status = self.status(name)
+        if not status.versions:
+            raise ModelNotFound(f"Request for unknown model: '{name}' is not found")
+        check_policy(name, policy, set(status.ready), status.active)
+        if policy.mode == "active":
+            self.traffic.pop(name, None)
+        else:
+            self.traffic[name] = TrafficState.of(policy)
+
+    def traffic_status(self, name: str) -> dict:
+        """The policy in force for `name`, the shadow comparison, and the last automatic rollback."""
+        state = self.traffic.get(name)
+        return state.to_dict() if state is not None else TrafficState.of(TrafficPolicy()).to_dict()
+
+    def _policy_keeps(self, name: str, versions: set[int]) -> None:
+        """Refuse to retire a version that the model's traffic policy still sends requests to."""
+        state = self.traffic.get(name)
+        if state is None:
+            return
+        gone = sorted(state.policy.versions() - versions)
+        if gone:
+            raise InvalidArgument(
+                f"version {gone[0]} of model '{name}' is in its {state.policy.mode} traffic policy; "
+                "change the policy before unloading it"
+            )
 
 
 def _gpus(count: int | None) -> int:
@@ -363,5 +471,7 @@ __all__ = [
     "ModelStatus",
     "Principal",
     "SYSTEM",
+    "TrafficPolicy",
     "VersionStatus",
+    "policy_from_dict",
 ]

@@ -97,6 +97,7 @@ class EngineCollector(Collector):
                 if version.stats.sequences is not None:
                     family.add_sample(family_name, _model_labels(version), version.stats.sequences[key])
             yield family
+        yield from _traffic_families(getattr(self.server, "traffic", {}))
         restarts = Metric(
             "infera_instance_restarts",
             "Times a model instance's process (a python model's stub) died and was started again.",
@@ -124,6 +125,26 @@ class EngineCollector(Collector):
         if self._own_devices is None:
             self._own_devices = DeviceSampler()
         return self._own_devices.sample().to_dict()
+
+
+def _traffic_families(traffic: dict[str, Any]) -> Iterable[Metric]:
+    """Each model's traffic policy (an info metric), its canary weights and its shadow agreement counts."""
+    # an info metric written as a gauge of 1: the 0.0.4 text format has no info type
+    policy = Metric("infera_traffic_policy_info", "The traffic policy of a model across its versions.", "gauge")
+    weights = Metric("infera_traffic_weight", "The share of unversioned requests a canary sends a version.", "gauge")
+    agreement = Metric(
+        "infera_shadow_comparisons", "Outputs of shadow copies compared with the active version's.", "counter"
+    )
+    for model, state in sorted(traffic.items()):
+        policy.add_sample("infera_traffic_policy_info", {"model": model, "mode": state.policy.mode}, 1)
+        total = sum(state.policy.weights.values()) or 1.0
+        for version, weight in sorted(state.policy.weights.items()):
+            weights.add_sample(weights.name, {"model": model, "version": str(version)}, weight / total)
+        for output, counts in sorted(state.comparison.counts.items()):
+            for result, count in zip(("agree", "disagree"), counts, strict=True):
+                labels = {"model": model, "output": output, "result": result}
+                agreement.add_sample(agreement.name, labels, count)
+    yield from (policy, weights, agreement)
 
 
 def _model_labels(served: Any) -> dict[str, str]:

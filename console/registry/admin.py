@@ -22,6 +22,10 @@ class RegisteredModelAdmin(admin.ModelAdmin):
     readonly_fields = ["name", "backend", "platform", "created_by", "created_at", "active_version"]
     inlines = [VersionInline]
 
+    def has_delete_permission(self, request, obj=None) -> bool:
+        """Deleting goes through the console: audited, its folder removed, refused while an ensemble calls it."""
+        return False
+
 
 @admin.register(AuditEvent)
 class AuditEventAdmin(admin.ModelAdmin):

@@ -28,6 +28,7 @@ from console.registry.serializers import (
     RegisteredModelSerializer,
     VersionDetailSerializer,
     VersionSerializer,
+    VersionUploadedSerializer,
     VersionUploadSerializer,
 )
 from console.registry.uploads import max_upload_bytes, too_large
@@ -38,6 +39,15 @@ MULTIPART_SLACK_BYTES = 2 * 1024 * 1024
 ErrorSerializer = inline_serializer("RegistryError", {"detail": serializers.CharField()})
 UploadErrorSerializer = inline_serializer(
     "UploadError", {"detail": serializers.CharField(), "version": VersionDetailSerializer(required=False)}
+)
+InUseErrorSerializer = inline_serializer(
+    "InUseError",
+    {
+        "detail": serializers.CharField(),
+        "ensembles": serializers.ListField(
+            child=serializers.CharField(), required=False, help_text="the registered ensembles that call it"
+        ),
+    },
 )
 
 
@@ -58,6 +68,8 @@ class RegistryAPIView(APIView):
             body: dict[str, Any] = {"detail": exc.message}
             if "version" in exc.extra:
                 body["version"] = VersionDetailSerializer(exc.extra["version"], context=self._context()).data
+            if "ensembles" in exc.extra:
+                body["ensembles"] = exc.extra["ensembles"]
             return Response(body, status=exc.status)
         if isinstance(exc, DjangoValidationError):
             return Response({"detail": " ".join(exc.messages)}, status=status.HTTP_400_BAD_REQUEST)
@@ -107,7 +119,7 @@ class ModelDetailView(RegistryAPIView):
         model = services.update_model(request.user, model, form.validated_data["description"])
         return Response(RegisteredModelDetailSerializer(model, context=self._context()).data)
 
-    @extend_schema(responses={204: None, 404: ErrorSerializer})
+    @extend_schema(responses={204: None, 404: ErrorSerializer, 409: InUseErrorSerializer})
     def delete(self, request: Request, name: str) -> Response:
         services.delete_model(request.user, services.get_model(name))
         return Response(status=204)
@@ -127,7 +139,7 @@ class VersionListView(RegistryAPIView):
     @extend_schema(
         request={"multipart/form-data": VersionUploadSerializer},
         responses={
-            201: VersionDetailSerializer,
+            201: VersionUploadedSerializer,
             400: UploadErrorSerializer,
             403: ErrorSerializer,
             413: ErrorSerializer,
@@ -140,8 +152,9 @@ class VersionListView(RegistryAPIView):
             raise services.RegistryError(too_large(int(length)).message, 413)  # refused before the body is read
         form = VersionUploadSerializer(data=request.data)
         form.is_valid(raise_exception=True)
-        version = services.add_version(request.user, model, **form.validated_data)
-        return Response(VersionDetailSerializer(version, context=self._context()).data, status=201)
+        uploaded = services.upload_versions(request.user, model, **form.validated_data)
+        context = {**self._context(), "companions": uploaded.companions}
+        return Response(VersionUploadedSerializer(uploaded.version, context=context).data, status=201)
 
 
 @extend_schema(tags=["versions"])
@@ -152,7 +165,7 @@ class VersionDetailView(RegistryAPIView):
     def get(self, request: Request, name: str, number: str) -> Response:
         return Response(VersionDetailSerializer(self.version(name, number), context=self._context()).data)
 
-    @extend_schema(responses={204: None, 409: ErrorSerializer})
+    @extend_schema(responses={204: None, 409: InUseErrorSerializer})
     def delete(self, request: Request, name: str, number: str) -> Response:
         services.delete_version(request.user, self.version(name, number))
         return Response(status=204)

@@ -1,4 +1,5 @@
-"""Unpack an uploaded .zip or .tar(.gz) of a version folder, refusing anything that could escape or explode.
+"""Unpack an uploaded .zip or .tar(.gz) of a version folder (or of several model folders), refusing anything that
+could escape or explode.
 
 Members are checked one by one and written by hand (never `extractall`): no absolute paths, no `..`, no links,
 no devices or pipes, at most `max_members` entries and `max_bytes` unpacked bytes, counted as they are written
@@ -14,7 +15,11 @@ import zipfile
 from pathlib import Path, PurePosixPath
 from typing import IO
 
+from engine.admission import MODEL_FILES
+from engine.config_format import CONFIG_FILES
+
 ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz", ".tar")
+MODEL_AND_CONFIG_FILES = frozenset((*MODEL_FILES, *CONFIG_FILES))
 # folders macOS adds to zips it makes; never part of a model
 IGNORED_TOP_FOLDERS = ("__MACOSX",)
 
@@ -153,6 +158,33 @@ def version_folder_of(unpacked: Path) -> Path:
     if len(dirs) == 1 and not files and dirs[0].name.isdigit():
         return dirs[0]
     return folder
+
+
+def model_folders_of(unpacked: Path) -> dict[str, Path]:
+    """The model folders of an archive of several (a repository, or its contents), by name; empty for one model.
+
+    Several folders side by side, none numbered, each holding a config file or a numbered version folder, make
+    a repository (`digits_pipeline/config.pbtxt`, `digits/1/model.onnx`, ...). Loose files beside them are not
+    part of any model; a loose model or config file means the archive is one version folder after all.
+    """
+    folder = unpacked
+    entries = list(folder.iterdir())
+    if len(entries) == 1 and entries[0].is_dir() and not _is_model_folder(entries[0]):
+        folder = entries[0]
+        entries = list(folder.iterdir())
+    dirs = sorted((entry for entry in entries if entry.is_dir()), key=lambda entry: entry.name)
+    loose = {entry.name for entry in entries if entry.is_file()}
+    if len(dirs) < 2 or loose & MODEL_AND_CONFIG_FILES or any(entry.name.isdigit() for entry in dirs):
+        return {}
+    if not all(_is_model_folder(entry) for entry in dirs):
+        return {}
+    return {entry.name: entry for entry in dirs}
+
+
+def _is_model_folder(folder: Path) -> bool:
+    return any((folder / name).is_file() for name in CONFIG_FILES) or any(
+        entry.is_dir() and entry.name.isdigit() for entry in folder.iterdir()
+    )
 
 
 def move_contents(source: Path, target: Path) -> None:

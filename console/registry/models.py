@@ -87,6 +87,14 @@ class RegisteredModel(models.Model):
     def active_number(self) -> int | None:
         return self.active_version.number if self.active_version_id else None
 
+    @property
+    def shown_config(self) -> dict[str, Any]:
+        """The config its page describes: the active version's, else the newest checked one's (empty if none)."""
+        if self.active_version_id and self.active_version.config:
+            return self.active_version.config
+        newest = self.versions.exclude(config={}).order_by("-number").first()
+        return newest.config if newest is not None else {}
+
     def next_version_number(self, on_disk: list[int]) -> int:
         """One past the highest number in the database or on disk, so a number is never reused."""
         highest = self.versions.aggregate(models.Max("number"))["number__max"] or 0

@@ -166,11 +166,37 @@ class VersionUploadSerializer(serializers.Serializer):
     """A new version: the model file or an archive of the version folder, with an optional config."""
 
     file = serializers.FileField(
-        help_text="model.onnx, model.pt, model.pt2, model.py, or a .zip/.tar.gz of the version folder"
+        required=False,
+        default=None,
+        help_text="model.onnx, model.pt, model.pt2, model.py, or a .zip/.tar.gz of the version folder or of several "
+        "model folders (this model's and others', each added as a version of its model, registered when new); "
+        "left out for an ensemble, whose version holds no model file",
     )
     config = ConfigField(required=False, help_text="config.pbtxt or its JSON form; the model's current one if left out")
     notes = serializers.CharField(required=False, allow_blank=True, default="")
     activate = serializers.BooleanField(required=False, default=False, help_text="make it active once it loads")
+
+
+class CompanionSerializer(serializers.Serializer):
+    """A version added with another model's upload (from an archive of several model folders)."""
+
+    model = serializers.CharField(source="model.name")
+    number = serializers.IntegerField()
+    state = serializers.CharField()
+
+
+class VersionUploadedSerializer(VersionDetailSerializer):
+    """The uploaded version, and the versions of the other model folders its archive held."""
+
+    companions = serializers.SerializerMethodField()
+
+    class Meta(VersionDetailSerializer.Meta):
+        fields = [*VersionDetailSerializer.Meta.fields, "companions"]
+        read_only_fields = fields
+
+    @extend_schema_field(CompanionSerializer(many=True))
+    def get_companions(self, version: ModelVersion) -> list[dict[str, Any]]:
+        return CompanionSerializer(self.context.get("companions", []), many=True).data
 
 
 class AuditEventSerializer(serializers.ModelSerializer):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import shutil
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -19,9 +20,10 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.core.files.uploadedfile import UploadedFile
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 
 from console.accounts.principals import principal_for
-from console.registry import uploads
+from console.registry import pipeline, uploads
 from console.registry.models import (
     AuditEvent,
     ModelVersion,
@@ -137,9 +139,40 @@ def update_model(actor: Any, model: RegisteredModel, description: str) -> Regist
     return model
 
 
+def ensembles_using(name: str, number: int | None = None) -> list[str]:
+    """The registered ensembles whose active config has a step calling model `name` (pinned to version `number`,
+    when given), by name."""
+    candidates = RegisteredModel.objects.select_related("active_version").filter(
+        Q(active_version__config__platform=pipeline.ENSEMBLE) | Q(active_version__config__backend=pipeline.ENSEMBLE)
+    )
+    return [
+        ensemble.name
+        for ensemble in candidates.exclude(name=name)
+        if any(
+            step.model_name == name and number in (None, step.model_version)
+            for step in pipeline.steps_of(ensemble.active_version.config)
+        )
+    ]
+
+
+def in_use(subject: str, ensembles: list[str]) -> Conflict:
+    """The refusal to remove what registered ensembles call, naming them (the API also lists them)."""
+    named = ", ".join(f"'{name}'" for name in ensembles)
+    which = f"the ensemble {named}" if len(ensembles) == 1 else f"the ensembles {named}"
+    return Conflict(
+        f"{subject} is used by {which}: change or delete {'it' if len(ensembles) == 1 else 'them'} first",
+        ensembles=ensembles,
+    )
+
+
 def delete_model(actor: Any, model: RegisteredModel) -> None:
-    """Forget the model and remove its folder from the store; the reconciler unloads it from the engine."""
+    """Forget the model and remove its folder from the store; the reconciler unloads it from the engine.
+
+    Refused (409) while a registered ensemble's active config calls it.
+    """
     name = model.name
+    if ensembles := ensembles_using(name):
+        raise in_use(f"model '{name}'", ensembles)
     with transaction.atomic():
         numbers = list(model.versions.values_list("number", flat=True))
         RegisteredModel.objects.filter(pk=model.pk).update(active_version=None)
@@ -152,10 +185,18 @@ def delete_model(actor: Any, model: RegisteredModel) -> None:
 # ---- versions
 
 
+@dataclass(frozen=True)
+class Uploaded:
+    """What one upload added: the version of the model it was for, and those of the other model folders it held."""
+
+    version: ModelVersion
+    companions: list[ModelVersion] = field(default_factory=list)
+
+
 def add_version(
     actor: Any,
     model: RegisteredModel,
-    file: UploadedFile,
+    file: UploadedFile | None,
     *,
     config: ModelConfig | None = None,
     notes: str = "",
@@ -165,15 +206,70 @@ def add_version(
 
     The first version of a model becomes its active one. `activate` makes this one active as soon as it loads.
     """
+    return upload_versions(actor, model, file, config=config, notes=notes, activate=activate).version
+
+
+def upload_versions(
+    actor: Any,
+    model: RegisteredModel,
+    file: UploadedFile | None,
+    *,
+    config: ModelConfig | None = None,
+    notes: str = "",
+    activate: bool = False,
+) -> Uploaded:
+    """A new version of `model` (see add_version), and one of each other model folder when `file` is an archive of
+    several, added first (registering the models that are new) with the same notes and `activate`.
+
+    With no file, the config (sent, else the current one) must be an ensemble's: its version folder stays empty.
+    Nothing is recorded when the request itself is refused or any of its versions runs code its caller may not
+    load; a version that fails its trial load stops the upload there (those added before it stay).
+    """
     base_config = _model_config(model)
+    store = get_store()
     try:
-        staged = uploads.stage_upload(get_store(), file, config, base_config)
+        if file is None:
+            staged = uploads.stage_without_file(store, config, base_config)
+        else:
+            staged = uploads.stage_upload(
+                store, file, config, model.name, lambda name: base_config if name == model.name else _config_named(name)
+            )
     except uploads.UploadRejected as exc:
         raise RegistryError(exc.message, exc.status) from None
     try:
-        return _admit_staged(actor, model, staged, base_config, notes=notes, activate=activate)
+        caller = caller_of(actor)
+        parts = {**staged.companions, model.name: staged}
+        for name, part in parts.items():
+            _check_caller(name, part, base_config if part is staged else _config_named(name), caller)
+        companions = _add_companions(actor, staged.companions, notes=notes, activate=activate)
+        version = _admit_staged(actor, model, staged, base_config, notes=notes, activate=activate)
+        return Uploaded(version, companions)
     finally:
         staged.cleanup()
+
+
+def _add_companions(
+    actor: Any, parts: dict[str, uploads.StagedUpload], *, notes: str, activate: bool
+) -> list[ModelVersion]:
+    """The other model folders of an archive, each a new version (of a model registered now when new); the models
+    an ensemble calls come before it."""
+    added: list[ModelVersion] = []
+    for name in sorted(parts, key=lambda name: (uploads.is_ensemble(parts[name].config), name)):
+        model = RegisteredModel.objects.select_related("active_version").filter(name=name).first()
+        if model is None:
+            model = register_model(actor, name, description="uploaded with an archive of several models")
+        try:
+            added.append(_admit_staged(actor, model, parts[name], _model_config(model), notes=notes, activate=activate))
+        except RegistryError as exc:
+            before = f" (added before it: {', '.join(v.label for v in added)})" if added else ""
+            raise RegistryError(f"model folder '{name}': {exc.message}{before}", exc.status, **exc.extra) from None
+    return added
+
+
+def _config_named(name: str) -> ModelConfig | None:
+    """The config new versions of the model `name` start from; None when it is not registered."""
+    model = RegisteredModel.objects.select_related("active_version").filter(name=name).first()
+    return _model_config(model) if model is not None else None
 
 
 def add_version_from_files(
@@ -220,7 +316,7 @@ def _new_active_version(
     """A version folder made in staging by `fill`, with the model's config and `override`, admitted and activated."""
     root = get_store().new_staging()
     try:
-        version_dir = root / "version"
+        version_dir = root / uploads.STAGED_VERSION
         fill(version_dir)
         staged = uploads.staged_folder(root, version_dir)
         base_config = _model_config(model)
@@ -252,12 +348,7 @@ def _admit_staged(
     caller = caller_of(actor)
     engine_settings = settings.INFERA.engine
     raw = staged.config if staged.config is not None else base_config
-    try:
-        admission.check_admissible(model.name, staged.version_dir, raw, caller, engine_settings)
-    except CodeRefused as exc:
-        raise RegistryError(f"upload refused: {exc.message}", 403) from None
-    except InferaError:
-        pass  # what is wrong with the version itself is recorded by the trial load below
+    _check_caller(model.name, staged, base_config, caller)
     store = get_store()
     with transaction.atomic():
         number = (
@@ -283,6 +374,17 @@ def _admit_staged(
     except InferaError as exc:
         return _fail_upload(actor, version, exc.message, staged)
     return _store_version(actor, model, version, staged, effective, activate)
+
+
+def _check_caller(name: str, staged: uploads.StagedUpload, base_config: ModelConfig | None, caller: Principal) -> None:
+    """Refuse (403) a version that runs code its caller may not load, before anything about it is recorded."""
+    raw = staged.config if staged.config is not None else base_config
+    try:
+        admission.check_admissible(name, staged.version_dir, raw, caller, settings.INFERA.engine)
+    except CodeRefused as exc:
+        raise RegistryError(f"upload refused: {exc.message}", 403) from None
+    except InferaError:
+        pass  # what is wrong with the version itself is recorded by its trial load
 
 
 def _fail_upload(actor: Any, version: ModelVersion, reason: str, staged: uploads.StagedUpload) -> ModelVersion:
@@ -387,6 +489,8 @@ def delete_version(actor: Any, version: ModelVersion) -> None:
             "before deleting it"
         )
     name, number = version.model.name, version.number
+    if ensembles := ensembles_using(name, number):
+        raise in_use(f"version {number} of '{name}'", ensembles)
     with transaction.atomic():
         version.delete()
         AuditEvent.record(actor, "version.delete", f"{name}/{number}", sha256=version.sha256)

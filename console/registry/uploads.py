@@ -1,9 +1,12 @@
 """Uploaded model versions: checked and staged before anything reaches the store.
 
 `UploadRejected` (4xx, nothing recorded) covers what is wrong with the request itself: the size, the file type, an
-unsafe archive, a config that does not parse. What the engine finds afterwards (the version runs code its uploader
-may not load, a config that fails validation or contradicts the model, a file its runtime cannot load) is decided
-by engine.admission, called from services.
+unsafe archive, a config that does not parse, a version folder with no model file (only an ensemble's may have none).
+What the engine finds afterwards (the version runs code its uploader may not load, a config that fails validation
+or contradicts the model, a file its runtime cannot load) is decided by engine.admission, called from services.
+
+An archive of several model folders stages one version of each: the folder named after the model uploaded to is its
+version, the others come along as companions (an ensemble with the models its steps call, say).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,16 +23,22 @@ from django.conf import settings
 from django.core.files.uploadedfile import UploadedFile
 
 from console.registry import archives
+from console.registry.pipeline import ENSEMBLE
 from console.registry.store import ModelStore, folder_digest
 from engine.admission import MODEL_FILES
 from engine.config import ModelConfig
 from engine.config_format import CONFIG_FILES, parse_config_json, parse_config_pbtxt
 from engine.errors import InferaError
+from engine.names import model_name_problem
 
 # a single uploaded model file, by suffix -> the name it takes in the version folder
 MODEL_FILES_BY_SUFFIX = {Path(name).suffix: name for name in MODEL_FILES}
 MAX_CONFIG_BYTES = 1024 * 1024
 MODEL_FILE_NAMES = ", ".join(MODEL_FILES)
+# folders inside a staging root; a leading '.' keeps them apart from model names (`<root>/<name>/<number>`)
+STAGED_VERSION = ".version"
+UNPACKED = ".unpacked"
+COMPANIONS = ".companions"
 
 
 class UploadRejected(Exception):
@@ -70,6 +80,8 @@ class StagedUpload:
     size: int
     config: ModelConfig | None = None
     notes: list[str] = field(default_factory=list)
+    # the other model folders of an archive of several, by model name, each staged under `root`
+    companions: dict[str, StagedUpload] = field(default_factory=dict)
 
     def assign_number(self, name: str, number: int) -> None:
         """Rename the staged folder to `<name>/<number>`, the name the backend and its messages will see."""
@@ -78,6 +90,8 @@ class StagedUpload:
         self.version_dir = self.version_dir.rename(target)
 
     def cleanup(self) -> None:
+        for part in self.companions.values():
+            part.cleanup()
         shutil.rmtree(self.root, ignore_errors=True)
 
 
@@ -110,11 +124,13 @@ def stage_upload(
     store: ModelStore,
     upload: UploadedFile,
     config: ModelConfig | None,
-    base_config: ModelConfig | None,
+    name: str,
+    base_config_of: Callable[[str], ModelConfig | None],
 ) -> StagedUpload:
-    """Check the upload's size and type, unpack it safely into staging, find its version folder and config.
+    """Check the upload's size and type, unpack it safely into staging, find its version folder(s) and config.
 
-    `config` is the one sent with the upload; `base_config` the model's current one (used when none is sent).
+    `config` is the one sent with the upload, for model `name`; `base_config_of(model)` is a model's current one
+    (used when none is sent or packed).
     """
     if upload.size is not None and upload.size > max_upload_bytes():
         raise too_large(upload.size)
@@ -124,28 +140,50 @@ def stage_upload(
     if kind is None and single is None:
         raise UploadRejected(
             f"'{filename}' is neither a model file ({MODEL_FILE_NAMES}) nor an archive (.zip, .tar.gz) of a "
-            "version folder"
+            "version folder or of several model folders"
         )
     root = store.new_staging()
     try:
-        staged = _unpack(upload, root, kind, single)
+        staged = _unpack(upload, root, kind, single, name)
         if config is None:
             config = staged.config
         elif staged.config is not None:
             staged.notes.append("the config inside the archive was ignored: a config was sent with the upload")
         staged.config = config
-        _check_model_file(staged.version_dir, config or base_config)
+        _check_model_file(staged.version_dir, config or base_config_of(name))
+        for companion, part in staged.companions.items():
+            _check_model_file(part.version_dir, part.config or base_config_of(companion), f"model folder '{companion}'")
         return staged
     except BaseException:
         shutil.rmtree(root, ignore_errors=True)
         raise
 
 
-def _unpack(upload: UploadedFile, root: Path, kind: str | None, single: str | None) -> StagedUpload:
+def stage_without_file(store: ModelStore, config: ModelConfig | None, base_config: ModelConfig | None) -> StagedUpload:
+    """A version folder with no file in it, for an ensemble: its config (sent, else the current one) is all it is."""
+    if not is_ensemble(config or base_config):
+        raise UploadRejected(
+            f"send a model file ({MODEL_FILE_NAMES}) or an archive of a version folder: only an ensemble "
+            '(platform: "ensemble") has versions without one'
+        )
+    root = store.new_staging()
+    version_dir = root / STAGED_VERSION
+    version_dir.mkdir()
+    staged = staged_folder(root, version_dir)
+    staged.config = config
+    return staged
+
+
+def is_ensemble(config: ModelConfig | None) -> bool:
+    """The config is an ensemble's, whose version folders hold no model file."""
+    return config is not None and config.backend_name == ENSEMBLE
+
+
+def _unpack(upload: UploadedFile, root: Path, kind: str | None, single: str | None, name: str) -> StagedUpload:
     digest = hashlib.sha256()
     size = 0
     if kind is None:
-        version_dir = root / "version"
+        version_dir = root / STAGED_VERSION
         version_dir.mkdir()
         with (version_dir / str(single)).open("xb") as out:
             for chunk in upload.chunks():
@@ -161,7 +199,7 @@ def _unpack(upload: UploadedFile, root: Path, kind: str | None, single: str | No
     if size > max_upload_bytes():
         raise too_large(size)
     upload.seek(0)
-    unpacked = root / "unpacked"
+    unpacked = root / UNPACKED
     unpacked.mkdir()
     try:
         archives.unpack(upload.file, kind, unpacked, max_members=max_archive_members(), max_bytes=max_unpacked_bytes())
@@ -169,12 +207,54 @@ def _unpack(upload: UploadedFile, root: Path, kind: str | None, single: str | No
         raise UploadRejected(f"archive '{Path(upload.name or '').name}': {exc}") from None
     if not any(unpacked.iterdir()):
         raise UploadRejected("the archive is empty")
-    version_dir = archives.version_folder_of(unpacked)
-    config = _take_config(version_dir, version_dir.parent if version_dir != unpacked else None)
-    staged_version = root / "version"
-    staged_version.mkdir()
-    archives.move_contents(version_dir, staged_version)
-    return StagedUpload(root, staged_version, digest.hexdigest(), size, config=config)
+    models = archives.model_folders_of(unpacked)
+    if models:
+        staged = _stage_models(root, models, name)
+    else:
+        version_dir = archives.version_folder_of(unpacked)
+        config = _take_config(version_dir, version_dir.parent if version_dir != unpacked else None)
+        staged_version = root / STAGED_VERSION
+        staged_version.mkdir()
+        archives.move_contents(version_dir, staged_version)
+        staged = StagedUpload(root, staged_version, digest.hexdigest(), size, config=config)
+    shutil.rmtree(unpacked)
+    return staged
+
+
+def _stage_models(root: Path, models: dict[str, Path], name: str) -> StagedUpload:
+    """One version of each model folder: `name`'s as the upload, the others as its companions.
+
+    Each version's digest is of its own folder (the archive's would say nothing about one version of it).
+    """
+    if name not in models:
+        raise UploadRejected(
+            f"the archive holds the model folders {', '.join(models)}, and none named '{name}' (the model this "
+            "upload is for)"
+        )
+    for folder_name in models:
+        if problem := model_name_problem(folder_name):
+            raise UploadRejected(f"model folder '{folder_name}': {problem}")
+    staged: dict[str, StagedUpload] = {}
+    for model_name, model_dir in models.items():
+        numbered = sorted(int(entry.name) for entry in model_dir.iterdir() if entry.is_dir() and entry.name.isdigit())
+        if len(numbered) > 1:
+            raise UploadRejected(
+                f"model folder '{model_name}' holds versions {', '.join(map(str, numbered))}; an upload adds one "
+                "version of each model: keep one"
+            )
+        version_dir = model_dir / str(numbered[0]) if numbered else model_dir / STAGED_VERSION
+        version_dir.mkdir(exist_ok=True)
+        config = _take_config(version_dir, model_dir)
+        part_root = root if model_name == name else root / COMPANIONS / model_name
+        target = part_root / STAGED_VERSION
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(version_dir), str(target))
+        part = staged_folder(part_root, target)
+        part.config = config
+        staged[model_name] = part
+    upload = staged.pop(name)
+    upload.companions = staged
+    return upload
 
 
 def _take_config(version_dir: Path, model_dir: Path | None) -> ModelConfig | None:
@@ -190,16 +270,23 @@ def _take_config(version_dir: Path, model_dir: Path | None) -> ModelConfig | Non
     return config
 
 
-def _check_model_file(version_dir: Path, config: ModelConfig | None) -> None:
+def _check_model_file(version_dir: Path, config: ModelConfig | None, subject: str = "the upload") -> None:
+    """The version folder holds its model file (the config's default_model_filename, else one of MODEL_FILES);
+    an ensemble's needs none."""
+    if is_ensemble(config):
+        return
     wanted = config.default_model_filename if config is not None and config.default_model_filename else None
     present = sorted(p.name for p in version_dir.iterdir())
     if wanted:
         if not (version_dir / wanted).exists():
-            raise UploadRejected(f"the upload holds no '{wanted}' (the config's default_model_filename)")
+            raise UploadRejected(f"{subject} holds no '{wanted}' (the config's default_model_filename)")
         return
     if not any((version_dir / name).exists() for name in MODEL_FILES):
         shown = ", ".join(present[:10]) or "nothing"
-        raise UploadRejected(f"the upload holds none of {MODEL_FILE_NAMES} (it holds: {shown})")
+        raise UploadRejected(
+            f"{subject} holds none of {MODEL_FILE_NAMES} (it holds: {shown}); only an ensemble "
+            '(platform: "ensemble") may hold no model file'
+        )
 
 
 def staged_folder(root: Path, version_dir: Path) -> StagedUpload:

@@ -278,7 +278,28 @@
 
     const tryIt = initTryIt(root, name);
     initUpload(root, base, () => refresh());
+    initDelete(root, base, name, () => stop && stop());
     stop = every(POLL_MS, refresh);
+  }
+
+  // ---- deleting the model: refused (409, with the reason) while an ensemble calls it
+
+  function initDelete(root, base, name, onDeleted) {
+    const button = root.querySelector("#delete-model");
+    if (!button) return;
+    const result = root.querySelector("#delete-result");
+    button.addEventListener("click", async () => {
+      if (!window.confirm(`Delete '${name}', every version and its files? This cannot be undone.`)) return;
+      button.disabled = true;
+      const answer = await api("DELETE", base);
+      button.disabled = false;
+      if (answer.ok) {
+        onDeleted();
+        window.location.assign("/models/");
+        return;
+      }
+      notice(result, false, problem(answer));
+    });
   }
 
   // ---- upload: drag and drop or choose, then an XMLHttpRequest for its progress events
@@ -313,17 +334,17 @@
 
     form.addEventListener("submit", (event) => {
       event.preventDefault();
-      if (!chosen) {
-        notice(result, false, "Choose or drop a model file first.");
+      const config = form.querySelector("#upload-config").files[0];
+      if (!chosen && !config) {
+        notice(result, false, "Choose or drop a model file first (an ensemble's version needs only a config).");
         return;
       }
-      if (chosen.size > maxBytes) {
+      if (chosen && chosen.size > maxBytes) {
         notice(result, false, `${chosen.name} is ${humanSize(chosen.size)}, over the upload limit of ${humanSize(maxBytes)}.`);
         return;
       }
       const data = new FormData();
-      data.append("file", chosen, chosen.name);
-      const config = form.querySelector("#upload-config").files[0];
+      if (chosen) data.append("file", chosen, chosen.name);
       if (config) data.append("config", config, config.name);
       data.append("notes", form.querySelector("#upload-notes").value);
       data.append("activate", form.querySelector("#upload-activate").checked ? "true" : "false");
@@ -340,7 +361,9 @@
         progress.value = 100;
         const answer = { ok: request.status < 300, status: request.status, data: parseBody(request.responseText) };
         if (answer.ok) {
-          notice(result, true, `Version ${answer.data.number} uploaded and checked; it is loading now.`);
+          const also = (answer.data.companions || []).map((v) => `${v.model}/${v.number}`);
+          const withIt = also.length ? ` With it: ${also.join(", ")}.` : "";
+          notice(result, true, `Version ${answer.data.number} uploaded and checked; it is loading now.${withIt}`);
           form.reset();
           choose(null);
         } else {

@@ -8,7 +8,17 @@ from tests.conftest import sign_in
 
 pytestmark = pytest.mark.browser
 
-PAGES = ["/", "/models/", "/models/simple/", "/monitoring/", "/users/", "/tokens/", "/audit/", "/api/docs/"]
+PAGES = [
+    "/",
+    "/models/",
+    "/models/simple/",
+    "/models/digits_pipeline/",
+    "/monitoring/",
+    "/users/",
+    "/tokens/",
+    "/audit/",
+    "/api/docs/",
+]
 
 
 def test_every_page_runs_under_the_policy(chromium_browser, infera_server):

@@ -122,3 +122,30 @@ def tar_gz_of(members: dict[str, bytes], links: dict[str, str] | None = None) ->
 
 def upload(client: APIClient, name: str, file: SimpleUploadedFile, **fields):
     return client.post(f"/api/models/{name}/versions/", {"file": file, **fields}, format="multipart")
+
+
+def ensemble_pbtxt(name: str = "pair", model: str = "simple", version: int = -1) -> str:
+    """An ensemble of one step calling `model` (shaped like Triton's `simple`: INPUT0 + INPUT1 -> OUTPUT0)."""
+    return f"""\
+name: "{name}"
+platform: "ensemble"
+max_batch_size: 4
+input [ {{ name: "A" data_type: TYPE_INT32 dims: [ 16 ] }}, {{ name: "B" data_type: TYPE_INT32 dims: [ 16 ] }} ]
+output [ {{ name: "SUM" data_type: TYPE_INT32 dims: [ 16 ] }} ]
+ensemble_scheduling {{
+  step [
+    {{
+      model_name: "{model}"
+      model_version: {version}
+      input_map {{ key: "INPUT0" value: "A" }}
+      input_map {{ key: "INPUT1" value: "B" }}
+      output_map {{ key: "OUTPUT0" value: "SUM" }}
+    }}
+  ]
+}}
+"""
+
+
+def upload_config(client: APIClient, name: str, config: str, **fields):
+    """An upload with a config and no file (an ensemble's version)."""
+    return client.post(f"/api/models/{name}/versions/", {"config": config, **fields}, format="multipart")

@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import mlserver_peer
+from bench import ensemble_models, ensemble_runs, mlserver_peer
 from bench.dashboards import run_dashboards
 from bench.direct import measure_direct
 from bench.engine_inproc import measure_engine
@@ -35,7 +35,7 @@ from bench.wrk import WRK, WrkScripts
 RESULTS = ROOT / "bench" / "results"
 HTTP_TARGETS = ("echo-uvicorn", "echo-daphne", "infera-uvicorn", "infera-daphne", "mlserver")
 DEFAULT_TARGETS = ("echo-uvicorn", "infera-uvicorn", "infera-daphne", "mlserver")
-SECTIONS = ("direct", "http", "grpc", "engine", "hotswap", "dashboards", "python", "sequences")
+SECTIONS = ("direct", "http", "grpc", "engine", "hotswap", "dashboards", "python", "sequences", "ensemble")
 
 
 def csv(kind):
@@ -260,6 +260,33 @@ def sequences_section(args, workdir: Path) -> dict:
     }
 
 
+def ensemble_section(args, workdir: Path) -> dict:
+    """digits_pipeline against the client chaining its three steps, both in one infera-uvicorn process."""
+    models = ensemble_models  # the section's four models and its images
+    repository = models.write_ensemble_repository(RESULTS / "ensemble-repository", models.trained_digits(RESULTS))
+    images = models.digit_images(repository / models.DIGITS / str(models.DIGITS_VERSION) / "model.onnx")
+    mode = resolve_mode(args.infera_launch)
+    spec = infera_spec("uvicorn", free_port(), repository.resolve(), workdir / "ensemble", mode)
+    with_models(spec, [*models.STEPS, models.PIPELINE], "infera-ensemble")
+    with ServerProcess(spec, RESULTS / "logs"):
+        rows = ensemble_runs.measure_ensemble(spec.base_url, images, args.seconds, args.runs)
+    return {
+        "rows": rows,
+        "paths": ensemble_runs.PATHS,
+        "concurrencies": list(ensemble_runs.CONCURRENCIES),
+        "queue_delay_us": models.queue_delays(repository),
+        "digits_version": models.DIGITS_VERSION,
+        "scale": models.SCALE,
+        "margin": models.MARGIN,
+        "images": len(images),
+        "body_bytes": round(sum(len(image.body) for image in images) / len(images)),
+        "seconds": args.seconds,
+        "runs": args.runs,
+        "launch": mode,
+        "cores": usable_cores(),
+    }
+
+
 def render_only(out: Path) -> int:
     """Re-render the markdown from the last run (after adding GPU results or editing the closing note)."""
     published = RESULTS / "published.json"
@@ -358,6 +385,12 @@ def main(argv: list[str] | None = None) -> int:
                 lambda: sequences_section(args, workdir),
             )
             results["sequences"].update(date=results["date"], command=results["command"])
+        if "ensemble" in args.sections:
+            results["ensemble"] = guarded(
+                "ensemble: digits_pipeline vs the client chaining its 3 steps (PNG digits, c=1 and 64)",
+                lambda: ensemble_section(args, workdir),
+            )
+            results["ensemble"].update(date=results["date"], command=results["command"])
     finally:
         scripts.close()
         shutil.rmtree(workdir, ignore_errors=True)

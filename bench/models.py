@@ -10,6 +10,11 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 OPSET = 17
+# every bench server's onnxruntime sessions: one intra-op and one inter-op thread
+ONNX_THREADS = (
+    'parameters { key: "intra_op_thread_count" value: { string_value: "1" } }\n'
+    'parameters { key: "inter_op_thread_count" value: { string_value: "1" } }\n'
+)
 IR_VERSION = 8  # readable by every onnxruntime from 1.14 on, the MLServer venv's included
 
 
@@ -129,13 +134,7 @@ def _batching_pbtxt(model: BenchModel, kind: str = "KIND_CPU") -> str:
 
 def config_pbtxt(model: BenchModel, kind: str = "KIND_CPU") -> str:
     """The model's config.pbtxt: one instance, one intra-op thread, the dynamic batcher on."""
-    return (
-        f'name: "{model.name}"\n'
-        'platform: "onnxruntime_onnx"\n'
-        + _batching_pbtxt(model, kind)
-        + 'parameters { key: "intra_op_thread_count" value: { string_value: "1" } }\n'
-        'parameters { key: "inter_op_thread_count" value: { string_value: "1" } }\n'
-    )
+    return f'name: "{model.name}"\nplatform: "onnxruntime_onnx"\n' + _batching_pbtxt(model, kind) + ONNX_THREADS
 
 
 def python_config_pbtxt(model: BenchModel, in_process: bool) -> str:

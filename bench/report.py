@@ -12,6 +12,8 @@ from bench.targets import (
     INFERA_LABELS,
     MLSERVER_LABEL,
     all_verdicts,
+    ensemble_row,
+    ensemble_verdict,
     http_row,
     python_row,
     python_verdict,
@@ -295,6 +297,75 @@ def sequences_text(run: dict) -> str:
     )
 
 
+def ensemble_text(run: dict) -> str:
+    """Both paths' figures at each concurrency, then the ensemble over the chained steps, the goal at c=64."""
+    steps = list(run["queue_delay_us"])
+    cells, ratios = [], []
+    for concurrency in run["concurrencies"]:
+        ensemble, chained = (ensemble_row(run, path, concurrency) for path in ("ensemble", "chained"))
+        for row in (ensemble, chained):
+            rates = [r["rps"] for r in row["runs"]] or [0.0]
+            batches = " / ".join(f"{row['mean_batch'][step]:.1f}" for step in steps)
+            cells.append(
+                [run["paths"][row["path"]], str(concurrency), *_figures(row)[:3], f"{min(rates):.0f}–{max(rates):.0f}"]
+                + [batches, str(row["errors"]), str(row["wrong"])]
+            )
+        verdict = ensemble_verdict(run) if concurrency == 64 else None
+        ratios.append(
+            [
+                str(concurrency),
+                f"{ensemble['rps'] / chained['rps']:.2f}" if chained["rps"] else "-",
+                f"{ensemble['p50_ms'] - chained['p50_ms']:+.3f}",
+                verdict.goal if verdict else "",
+                verdict.status if verdict else "",
+            ]
+        )
+    launch = "the console, `manage.py serve`" if run["launch"] == "console" else "the engine-only app"
+    delays = ", ".join(
+        f"`{step}` {'no dynamic batching' if delay is None else f'{delay} µs'}"
+        for step, delay in run["queue_delay_us"].items()
+    )
+    text = (
+        f"Measured by `{run['command']}` on {run['date']}. One Infera process under uvicorn ({launch}) serves the "
+        "demo pipeline's four models as the console seeds them (`bench/ensemble_models.py`): `digits_pipeline`, "
+        "the ensemble of `digits_preprocess` (python: a PNG → FP32 `PIXELS` [64]), `digits` (the ONNX MLP, "
+        f"version {run['digits_version']} as `train_digits_onnx` trains it, with the bench's one intra-op and one "
+        "inter-op onnxruntime thread) and `digits_postprocess` (python: → `LABEL`, `TOP3`, `TOP3_CLASSES`); each "
+        "step has `max_batch_size` 64, one instance and dynamic batching with the demo's queue delays "
+        f"({delays}), the python steps in their stub processes. A request is one image, a held-out digits sample "
+        f"drawn {run['scale']}× larger as a greyscale PNG ({run['images']} distinct images), sent as BYTES "
+        f"`IMAGE` [1, 1] in Triton's binary tensor extension (bodies of about {run['body_bytes']} bytes), and counts "
+        "once its `LABEL` is back: the ensemble path is one infer of `digits_pipeline`; the chained path is three "
+        "infers in turn on the caller's connection, `PIXELS` and `probabilities` asked for as binary data and sent "
+        "on to the next step as they came back. The load is `bench/ensemble_runs.py`, not wrk (each step's body "
+        f"is the last step's answer): {' and '.join(map(str, run['concurrencies']))} callers, each with one "
+        "keep-alive connection and one image in flight, labelling images back to back for "
+        f"{run['seconds']:g} s a run; every `LABEL` is checked against the digit `digits` gives in process for the "
+        "grid the preprocess step reads from that PNG (images whose top two probabilities lie within "
+        f"{run['margin']:g} left out). Each figure is the median of {run['runs']} runs (the runs' images/s "
+        "column gives their range), the two paths' runs alternating ABBA after a 1 s warm-up of each at 64 "
+        "callers; failures (no answer, not 200, or no tensor to send on) and wrong labels are summed over the "
+        "runs; the mean batches are each step's requests per execution over the measured runs, "
+        + " / ".join(f"`{step}`" for step in steps)
+        + ".\n\n"
+        + table(
+            ["path", "callers", "images/s", "p50 ms", "p99 ms", "runs' images/s", "mean batch", "failed", "wrong"],
+            cells,
+        )
+        + "\n\n"
+        + table(["callers", "ensemble / chained images/s", "ensemble − chained p50 ms", "goal", "result"], ratios)
+    )
+    examples = [f"{row['path']} c={row['concurrency']}: {e}" for row in run["rows"] for e in row["examples"]]
+    if examples:
+        text += "\n\nFirst failures and wrong labels: " + "; ".join(_short(e, 200) for e in examples)
+    return text + (
+        f"\n\nOn this {run['cores']}-core machine the server process, the two python stub processes, the "
+        "onnxruntime session (one thread) and the load generator (one Python process on uvloop) share the cores, "
+        "so every figure is bounded by the HTTP path, the steps' Python and the load generator rather than by the "
+        "models' compute; other work on the machine moves a whole run by 10% or more."
+    )
+
+
 def gpu_text(gpu: dict | None) -> str:
     if not gpu:
         return (
@@ -346,6 +417,7 @@ def grpc_table(results: dict) -> str:
 
 PYTHON_HEADING = "Python models: isolated vs in-process"
 SEQUENCES_HEADING = "Sequence batcher: direct, oldest and no sequence batching"
+ENSEMBLE_HEADING = "Ensembles: digits_pipeline vs the client chaining its steps"
 # the headings each `--sections` entry fills; a run of some sections rewrites only theirs (see write_outputs)
 SECTION_HEADINGS = {
     "direct": ("Direct ceiling: onnxruntime session.run in process",),
@@ -356,6 +428,7 @@ SECTION_HEADINGS = {
     "dashboards": ("Dashboards open under load",),
     "python": (PYTHON_HEADING,),
     "sequences": (SEQUENCES_HEADING,),
+    "ensemble": (ENSEMBLE_HEADING,),
 }
 
 
@@ -383,6 +456,7 @@ def section_renderers(results: dict) -> dict[str, Callable[[], str]]:
         "Dashboards open under load": lambda: section_or_reason(results.get("dashboards"), dashboards_text),
         PYTHON_HEADING: lambda: section_or_reason(results.get("python"), python_text),
         SEQUENCES_HEADING: lambda: section_or_reason(results.get("sequences"), sequences_text),
+        ENSEMBLE_HEADING: lambda: section_or_reason(results.get("ensemble"), ensemble_text),
         "GPU path (bench/gpu.sh)": lambda: gpu_text(results.get("gpu")),
     }
     if CLOSING_NOTE.exists():

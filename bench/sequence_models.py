@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.models import write_if_changed
+from bench.models import ONNX_THREADS, write_if_changed
 from console.demo_sequences import CONTROLS, accumulator_onnx_bytes
 
 MAX_BATCH_SIZE = 64
@@ -26,10 +26,6 @@ OLDEST = "accumulator_oldest"
 STATELESS = "accumulator_stateless"
 # model -> the label of the report
 STRATEGIES = {DIRECT: "direct", OLDEST: "oldest", STATELESS: "none (dynamic batching)"}
-THREADS = (
-    'parameters { key: "intra_op_thread_count" value: { string_value: "1" } }\n'
-    'parameters { key: "inter_op_thread_count" value: { string_value: "1" } }\n'
-)
 STATE = """\
   state [
     {
@@ -78,7 +74,7 @@ def sequence_config(name: str, strategy: str) -> str:
         + STATE
         + chosen
         + "}\n"
-        + THREADS
+        + ONNX_THREADS
     )
 
 
@@ -87,7 +83,7 @@ def stateless_config(name: str) -> str:
     return (
         _head(name, ("INPUT", "START", "READY", "STATE_IN"), ("OUTPUT", "STATE_OUT"))
         + f"dynamic_batching {{ {_preferred()} max_queue_delay_microseconds: {QUEUE_DELAY_US} }}\n"
-        + THREADS
+        + ONNX_THREADS
     )
 
 

@@ -10,26 +10,20 @@ BCA, CAB, ...) so drift in the shared machine's load falls on all of them alike.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import itertools
 import json
 import time
-import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-import numpy as np
-
-from bench.engine_inproc import inference_counts
+from bench.checked_load import CheckedRun, Connection, Tally, median_checked_run, run_load, served_counts
 from bench.sequence_models import STATELESS, STRATEGIES
 from bench.servers import NotAvailable
-from bench.wrk import median_run
 
 CONCURRENCY = 64
 STEPS = 50
 REQUEST_TIMEOUT_S = 30.0
-EXAMPLES = 5  # wrong sums and failures quoted in the report, per run
 SEQUENCE_BODY = (
     '{{"parameters":{{"sequence_id":{id},"sequence_start":{start},"sequence_end":{end}}},'
     '"inputs":[{{"name":"INPUT","datatype":"INT32","shape":[1,1],"data":[{value}]}}],'
@@ -45,21 +39,17 @@ STATELESS_BODY = (
 
 
 @dataclass
-class SequenceRun:
-    """One run: answered requests, latency percentiles (µs), failed requests and answers with a wrong sum."""
+class SequenceRun(CheckedRun):
+    """One run; a wrong answer is a 200 whose OUTPUT is not the running sum."""
 
-    requests: int
-    duration_us: int
-    p50_us: float
-    p99_us: float
-    errors: int  # no answer, or not a 200
-    wrong: int  # a 200 whose OUTPUT is not the running sum
-    sequences: int  # sequences run to their END
-    examples: list[str] = field(default_factory=list)
+    sequences: int = 0  # sequences run to their END
 
-    @property
-    def rps(self) -> float:
-        return self.requests / (self.duration_us / 1e6) if self.duration_us else 0.0
+
+@dataclass
+class SequenceTally(Tally):
+    """What the workers of one run saw, and how many sequences they ran to their END."""
+
+    sequences: int = 0
 
 
 def step_value(sequence_id: int, step: int) -> int:
@@ -76,48 +66,6 @@ def step_body(model: str, sequence_id: int, step: int, end: bool, total: int) ->
     return SEQUENCE_BODY.format(id=sequence_id, start=flag[step == 0], end=flag[end], value=value).encode()
 
 
-class Connection:
-    """One keep-alive HTTP/1.1 connection that POSTs a body and reads the status and body back."""
-
-    def __init__(self, host: str, port: int, path: str) -> None:
-        self.host, self.port = host, port
-        self.head = f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
-        self.reader: asyncio.StreamReader | None = None
-        self.writer: asyncio.StreamWriter | None = None
-
-    async def post(self, body: bytes) -> tuple[int, bytes]:
-        if self.writer is None:
-            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
-        self.writer.write(f"{self.head}Content-Length: {len(body)}\r\n\r\n".encode() + body)
-        head = await self.reader.readuntil(b"\r\n\r\n")
-        status = int(head.split(b" ", 2)[1])
-        for line in head.split(b"\r\n")[1:]:
-            name, _, value = line.partition(b":")
-            if name.strip().lower() == b"content-length":
-                return status, await self.reader.readexactly(int(value))
-        raise ConnectionError("an answer without Content-Length")
-
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-        self.reader = self.writer = None
-
-
-@dataclass
-class Tally:
-    """What the workers of one run saw."""
-
-    latencies: list[float] = field(default_factory=list)
-    errors: int = 0
-    wrong: int = 0
-    sequences: int = 0
-    examples: list[str] = field(default_factory=list)
-
-    def note(self, text: str) -> None:
-        if len(self.examples) < EXAMPLES:
-            self.examples.append(text)
-
-
 def answered_output(body: bytes) -> int | None:
     """OUTPUT's one value in a v2 JSON answer, or None when there is none."""
     try:
@@ -128,7 +76,7 @@ def answered_output(body: bytes) -> int | None:
 
 
 async def run_sequence(
-    connection: Connection, model: str, sequence_id: int, steps: int, deadline: float, tally: Tally
+    connection: Connection, model: str, sequence_id: int, steps: int, deadline: float, tally: SequenceTally
 ) -> None:
     """One sequence, a step at a time; it ends early at the deadline, and is abandoned when a request fails."""
     total = 0
@@ -163,7 +111,7 @@ async def drive_sequences(
 ) -> SequenceRun:
     """`concurrency` workers running sequences of `steps` (ids drawn from `ids`) until `seconds` have passed."""
     address = urlsplit(base_url)
-    tally = Tally()
+    tally = SequenceTally()
     started = time.perf_counter()
     deadline = started + seconds
 
@@ -176,19 +124,7 @@ async def drive_sequences(
             connection.close()
 
     await asyncio.gather(*(worker() for _ in range(concurrency)))
-    elapsed = time.perf_counter() - started
-    latencies = np.asarray(tally.latencies) * 1e6
-    p50, p99 = np.percentile(latencies, [50, 99]) if latencies.size else (0.0, 0.0)
-    return SequenceRun(
-        requests=len(tally.latencies),
-        duration_us=int(elapsed * 1e6),
-        p50_us=float(p50),
-        p99_us=float(p99),
-        errors=tally.errors,
-        wrong=tally.wrong,
-        sequences=tally.sequences,
-        examples=tally.examples,
-    )
+    return SequenceRun(**tally.figures(time.perf_counter() - started), sequences=tally.sequences)
 
 
 _IDS = itertools.count(1)  # correlation ids never repeat within one bench process
@@ -198,28 +134,12 @@ def run_sequences(
     base_url: str, model: str, seconds: float, concurrency: int = CONCURRENCY, steps: int = STEPS
 ) -> SequenceRun:
     """`concurrency` workers running sequences of `steps` against `model` for about `seconds`."""
-    loop_factory = None
-    if importlib.util.find_spec("uvloop"):
-        import uvloop
-
-        loop_factory = uvloop.new_event_loop
-    with asyncio.Runner(loop_factory=loop_factory) as runner:
-        return runner.run(drive_sequences(base_url, model, concurrency, steps, seconds, _IDS))
+    return run_load(drive_sequences(base_url, model, concurrency, steps, seconds, _IDS))
 
 
 def median_sequence_run(runs: list[SequenceRun]) -> dict:
     """wrk's median of the runs, with wrong sums and sequences summed and the first examples kept."""
-    return median_run(runs) | {
-        "wrong": sum(r.wrong for r in runs),
-        "sequences": sum(r.sequences for r in runs),
-        "examples": [e for r in runs for e in r.examples][:EXAMPLES],
-    }
-
-
-def served_counts(base_url: str, model: str) -> tuple[int, int]:
-    """The model's (inference_count, execution_count) from the server's statistics."""
-    with urllib.request.urlopen(f"{base_url}/v2/models/{model}/stats", timeout=30) as response:
-        return inference_counts(json.loads(response.read()), model)
+    return median_checked_run(runs) | {"sequences": sum(r.sequences for r in runs)}
 
 
 def measure_sequence_models(base_url: str, seconds: float, runs: int) -> list[dict]:

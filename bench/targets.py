@@ -8,6 +8,7 @@ INFERA_LABELS = ("infera-uvicorn", "infera-daphne")
 CEILING_LABEL = "echo-uvicorn"
 MLSERVER_LABEL = "mlserver"
 PYTHON_GOAL = 0.7  # isolated python models: at least this share of in-process throughput at c=64
+ENSEMBLE_GOAL = 2.0  # digits_pipeline: at least this many times the client-chained images/s at c=64
 
 
 @dataclass
@@ -233,6 +234,35 @@ def python_verdicts(results: dict) -> list[Verdict]:
     return [python_verdict(run, encoding) for encoding in run["encodings"]]
 
 
+def ensemble_row(run: dict, path: str, concurrency: int) -> dict | None:
+    """The ensemble section's row of one path ('ensemble' or 'chained') and concurrency, or None."""
+    for row in run.get("rows", []):
+        if (row["path"], row["concurrency"]) == (path, concurrency):
+            return row
+    return None
+
+
+def ensemble_verdict(run: dict) -> Verdict:
+    """digits_pipeline: ENSEMBLE_GOAL times the client-chained images/s at c=64, every image labelled right."""
+    target, goal = "digits_pipeline vs client-chained steps, c=64", f"≥ {ENSEMBLE_GOAL:g}×"
+    ensemble, chained = ensemble_row(run, "ensemble", 64), ensemble_row(run, "chained", 64)
+    if not (_measured(ensemble) and _measured(chained)) or not chained["rps"]:
+        return Verdict(target, goal, _why_missing(("ensemble", ensemble), ("chained", chained)) or "no images", "N/A")
+    ratio = ensemble["rps"] / chained["rps"]
+    faults = sum(row["errors"] + row["wrong"] for row in (ensemble, chained))
+    text = f"{ratio:.2f}× ({ensemble['rps']:.0f} vs {chained['rps']:.0f} images/s"
+    text += f", {faults} failed or wrong)" if faults else ")"
+    return Verdict(target, goal, text, "PASS" if ratio >= ENSEMBLE_GOAL and not faults else "MISS")
+
+
+def ensemble_verdicts(results: dict) -> list[Verdict]:
+    run = results.get("ensemble")
+    if not run or "unavailable" in run:
+        reason = (run or {}).get("unavailable", "not run")[:160]
+        return [Verdict("digits_pipeline vs client-chained steps, c=64", f"≥ {ENSEMBLE_GOAL:g}×", reason, "N/A")]
+    return [ensemble_verdict(run)]
+
+
 def all_verdicts(results: dict) -> list[Verdict]:
     """Every target of the bench, in the report's order."""
     verdicts = []
@@ -240,4 +270,4 @@ def all_verdicts(results: dict) -> list[Verdict]:
         verdicts += http_verdicts(results, label)
     verdicts += grpc_verdicts(results)
     verdicts += engine_verdicts(results) + hotswap_verdicts(results) + dashboards_verdicts(results)
-    return verdicts + python_verdicts(results)
+    return verdicts + python_verdicts(results) + ensemble_verdicts(results)

@@ -176,9 +176,18 @@ def ink_grid(grey):
     if height < 8 or width < 8:
         raise ValueError(f"{width}x{height} is smaller than 8x8")
     ink = (255.0 - grey) / 255.0 * 16.0
-    rows = np.array_split(np.arange(height), 8)
-    cols = np.array_split(np.arange(width), 8)
-    return np.array([[ink[np.ix_(r, c)].mean() for c in cols] for r in rows]).reshape(64)
+    # the mean of each cell at once: sums over row bands, then over column bands (cells may differ by one pixel)
+    row_edges, col_edges = cell_edges(height), cell_edges(width)
+    bands = np.add.reduceat(ink, row_edges[:-1], axis=0)
+    cells = np.add.reduceat(bands, col_edges[:-1], axis=1)
+    sizes = np.outer(np.diff(row_edges), np.diff(col_edges))
+    return (cells / sizes).reshape(64)
+
+
+def cell_edges(length):
+    """Where 8 cells start along `length` pixels; the first (length % 8) cells are one pixel larger."""
+    size, extra = divmod(length, 8)
+    return np.concatenate([[0], np.cumsum([size + 1] * extra + [size] * (8 - extra))])
 '''
 
 POSTPROCESS_MODEL_PY = '''\

@@ -8,10 +8,11 @@ import json
 
 import numpy as np
 
+from bench.checked_load import Connection
 from bench.direct import cpu_session
 from bench.report import SEQUENCES_HEADING, write_outputs
 from bench.sequence_models import DIRECT, OLDEST, STATELESS, write_sequence_repository
-from bench.sequence_runs import Connection, Tally, drive_sequences, run_sequence
+from bench.sequence_runs import SequenceTally, drive_sequences, run_sequence
 from engine.config_format import parse_config_pbtxt
 
 
@@ -108,7 +109,7 @@ async def test_the_baseline_sends_its_own_state():
 async def test_it_counts_every_wrong_sum_and_quotes_it():
     server, _ = await _serve(FakeAccumulator(off_by_one_at_step=2))
     async with server:
-        tally = Tally()
+        tally = SequenceTally()
         connection = Connection("127.0.0.1", server.sockets[0].getsockname()[1], f"/v2/models/{DIRECT}/infer")
         await run_sequence(connection, DIRECT, 3, 5, float("inf"), tally)
         connection.close()
@@ -121,7 +122,7 @@ async def test_a_sequence_past_the_deadline_ends_at_its_next_step():
     fake = FakeAccumulator()
     server, _ = await _serve(fake)
     async with server:
-        tally = Tally()
+        tally = SequenceTally()
         connection = Connection("127.0.0.1", server.sockets[0].getsockname()[1], f"/v2/models/{DIRECT}/infer")
         await run_sequence(connection, DIRECT, 8, 50, 0.0, tally)
         connection.close()

@@ -199,7 +199,16 @@ class EnsembleDispatcher:
         running: dict[asyncio.Task, EnsembleStep] = {}
         try:
             while waiting or running:
-                for step in [s for s in waiting if all(t in tensors for t in s.input_map.values())]:
+                ready = [s for s in waiting if all(t in tensors for t in s.input_map.values())]
+                if len(ready) == 1 and not running:
+                    # a chain: the one step that can run is awaited directly, without a task to schedule
+                    step = ready[0]
+                    waiting.remove(step)
+                    outputs = await self._step(step, request, tensors)
+                    for model_output, tensor in step.output_map.items():
+                        tensors[tensor] = outputs[model_output]
+                    continue
+                for step in ready:
                     waiting.remove(step)
                     task = asyncio.ensure_future(self._step(step, request, tensors))
                     running[task] = step

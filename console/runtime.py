@@ -8,7 +8,8 @@ a module global. Start-up order, each step after the one before:
 1. the model store exists (a new install starts with an empty store) and old staging leftovers are swept;
 2. the gRPC front end listens (INFERA_GRPC_PORT; its health answers "not serving" until the engine is ready);
 3. the engine loads every model in the store (/v2/health/ready turns 200 at the end);
-4. the reconciler converges the engine on the registry once (the active versions serve), then follows changes;
+4. the reconciler converges the engine on the registry once (the active versions serve, traffic policies in force),
+   then follows changes (and records the engine's automatic traffic rollbacks);
 5. the sampler takes a snapshot a second and publishes it to the dashboards.
 
 Stopping runs the other way round, the gRPC server finishing its in-flight calls before the engine stops.
@@ -48,6 +49,8 @@ class Runtime:
         self.store = ModelStore(settings.model_store)
         self.server = InferenceServer(settings.model_store, settings=settings.engine)
         self.reconciler = Reconciler(self.server, float(settings.reconcile_seconds))
+        # an automatic traffic rollback is audited and becomes the desired state
+        self.server.on_traffic_rollback = self.reconciler.traffic_rolled_back
         self.token_cache = TokenCache()
         self.revocations = RevocationListener(self.token_cache)
         self.authenticate = make_v2_authenticator(

@@ -11,7 +11,7 @@ from console.runtime import runtime_of
 
 @role_required()
 def monitoring(request: HttpRequest) -> HttpResponse:
-    """Live charts of every model and device."""
+    """Live charts of every model and device; `?split=versions` draws each model version apart."""
     runtime = runtime_of(request)
     # the model filter's choices before the first snapshot arrives
     models = sorted({served.name for served in runtime.server.served_versions()}) if runtime else []
@@ -21,6 +21,7 @@ def monitoring(request: HttpRequest) -> HttpResponse:
         {
             "models": models,
             "selected_model": request.GET.get("model", ""),
+            "split_versions": request.GET.get("split") == "versions",
             "sampling": runtime is not None,
         },
     )

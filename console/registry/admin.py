@@ -19,7 +19,7 @@ class VersionInline(admin.TabularInline):
 class RegisteredModelAdmin(admin.ModelAdmin):
     list_display = ["name", "platform", "backend", "active_version", "created_by", "created_at"]
     search_fields = ["name", "description"]
-    readonly_fields = ["name", "backend", "platform", "created_by", "created_at", "active_version"]
+    readonly_fields = ["name", "backend", "platform", "created_by", "created_at", "active_version", "traffic_policy"]
     inlines = [VersionInline]
 
     def has_delete_permission(self, request, obj=None) -> bool:

@@ -19,13 +19,16 @@ from rest_framework.views import APIView
 from console.accounts.permissions import CanManageModels, CanViewModels
 from console.accounts.tokens import TokenAuthentication
 from console.registry import services
-from console.registry.models import AuditEvent, ModelVersion, RegisteredModel
+from console.registry.engine_status import engine_traffic
+from console.registry.models import AuditEvent, ModelVersion, RegisteredModel, VersionState
 from console.registry.serializers import (
     AuditEventSerializer,
     ModelCreateSerializer,
     ModelUpdateSerializer,
     RegisteredModelDetailSerializer,
     RegisteredModelSerializer,
+    TrafficPolicySerializer,
+    TrafficSerializer,
     VersionDetailSerializer,
     VersionSerializer,
     VersionUploadedSerializer,
@@ -197,6 +200,77 @@ class VersionUnloadView(VersionActionView):
     change = staticmethod(services.unload_version)
 
 
+def traffic_of(model: RegisteredModel, context: dict[str, Any]) -> dict[str, Any]:
+    """A model's traffic as the API shows it: the desired policy, and what this process's engine applies and saw."""
+    policy = services.traffic_policy_of(model)
+    in_force = engine_traffic(model.name, context)
+    ready = model.versions.filter(state=VersionState.READY).values_list("number", flat=True)
+    return TrafficSerializer(
+        {
+            "model": model.name,
+            "active_version": model.active_number,
+            "ready_versions": sorted(ready),
+            "policy": policy.to_dict(),
+            "promotion_candidate": services.promotion_candidate(policy, model.active_number),
+            "in_force": in_force["policy"] if in_force else None,
+            "rolled_back": in_force["rolled_back"] if in_force else "",
+            "shadow": in_force["shadow"] if in_force else None,
+        }
+    ).data
+
+
+@extend_schema(tags=["traffic"])
+class TrafficView(RegistryAPIView):
+    """A model's traffic policy: all to the active version, a weighted canary, or shadow copies to a candidate."""
+
+    parser_classes = [JSONParser]
+
+    @extend_schema(responses={200: TrafficSerializer, 404: ErrorSerializer})
+    def get(self, request: Request, name: str) -> Response:
+        return Response(traffic_of(services.get_model(name), self._context()))
+
+    @extend_schema(
+        summary="Set the traffic policy (the reconciler puts it in force once its versions are READY)",
+        request=TrafficPolicySerializer,
+        responses={202: TrafficSerializer, 400: ErrorSerializer, 403: ErrorSerializer, 404: ErrorSerializer},
+    )
+    def put(self, request: Request, name: str) -> Response:
+        model = services.get_model(name)
+        form = TrafficPolicySerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        model = services.set_traffic_policy(request.user, model, form.validated_data)
+        return Response(traffic_of(model, self._context()), status=202)
+
+
+class TrafficActionView(RegistryAPIView):
+    """A change of a model's traffic; the reconciler acts on it, hence 202."""
+
+    change = staticmethod(services.rollback_traffic)
+
+    @extend_schema(
+        request=None,
+        responses={202: TrafficSerializer, 403: ErrorSerializer, 404: ErrorSerializer, 409: ErrorSerializer},
+    )
+    def post(self, request: Request, name: str) -> Response:
+        model = type(self).change(request.user, services.get_model(name))
+        return Response(traffic_of(model, self._context()), status=202)
+
+
+@extend_schema(tags=["traffic"], summary="Promote the candidate: it becomes the active version and takes every request")
+class TrafficPromoteView(TrafficActionView):
+    """For a canary the version with the highest weight that is not active, for a shadow its candidate; the policy
+    returns to active. 409 when the policy has no candidate."""
+
+    change = staticmethod(services.promote_traffic)
+
+
+@extend_schema(tags=["traffic"], summary="Roll back: every request goes to the active version again")
+class TrafficRollbackView(TrafficActionView):
+    """The canary or shadow ends; the active version stays. 409 when the policy is already active."""
+
+    change = staticmethod(services.rollback_traffic)
+
+
 class AuditPagination(LimitOffsetPagination):
     default_limit = 100
     max_limit = 1000
@@ -224,6 +298,10 @@ class AuditListView(generics.ListAPIView):
 
 def filter_audit(events: QuerySet[AuditEvent], params: Any) -> QuerySet[AuditEvent]:
     """Events narrowed by the `model`, `action` and `actor` query parameters (shared with the audit page)."""
+    for key in ("model", "action", "actor"):
+        if "\x00" in (params.get(key) or ""):
+            # PostgreSQL cannot hold NUL in text: such a filter matches nothing rather than failing the query
+            return events.none()
     if params.get("model"):
         name = params["model"]
         events = events.filter(Q(object=name) | Q(object__startswith=f"{name}/"))

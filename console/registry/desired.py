@@ -21,6 +21,7 @@ class ModelPlan:
     versions: dict[int, Path]
     active: int | None
     configs: dict[int, dict] = field(default_factory=dict)  # each version's effective config, as recorded
+    traffic: dict = field(default_factory=dict)  # the traffic policy in the engine's JSON form; empty: active only
 
     @property
     def signature(self) -> tuple:
@@ -57,6 +58,7 @@ def read_plans(name: str | None = None) -> list[ModelPlan]:
                 {version.number: store.absolute(version.artifact) for version in wanted},
                 model.active_number,
                 {version.number: version.config for version in wanted if version.config},
+                model.traffic_policy or {},
             )
         )
     return plans

@@ -23,3 +23,10 @@ class EngineStatus:
             return cls()
         status = runtime.server.status(name)
         return cls(status.ready, status.serving)
+
+
+def engine_traffic(name: str, context: dict[str, Any]) -> dict[str, Any] | None:
+    """The traffic policy in force for `name` in this process's engine, with its shadow comparison and its last
+    automatic rollback (InferenceServer.traffic_status); None when no engine runs here."""
+    runtime = runtime_of(context.get("request"))
+    return runtime.server.traffic_status(name) if runtime is not None else None

@@ -76,6 +76,8 @@ class RegisteredModel(models.Model):
     active_version = models.ForeignKey(
         "ModelVersion", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # the engine's policy in its JSON form (TrafficPolicy.to_dict); empty: every request to the active version
+    traffic_policy = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["name"]
@@ -86,6 +88,11 @@ class RegisteredModel(models.Model):
     @property
     def active_number(self) -> int | None:
         return self.active_version.number if self.active_version_id else None
+
+    @property
+    def traffic_mode(self) -> str:
+        """active, canary or shadow: how requests that name no version are shared among its versions."""
+        return str(self.traffic_policy.get("mode", "active")) if self.traffic_policy else "active"
 
     @property
     def shown_config(self) -> dict[str, Any]:

@@ -1,9 +1,12 @@
-"""Converge the engine on the database: load what should serve, switch the active version, unload the rest.
+"""Converge the engine on the database: load what should serve, switch the active version, unload the rest, and
+put each model's traffic policy in force once its versions are there.
 
-It runs in the serving process: once at start-up (a restart recovers every active model), whenever a
-"registry.changed" message arrives on the channel layer, and every INFERA_RECONCILE_SECONDS (a lost message
-heals). A version that fails to load is marked FAILED with the engine's reason and left out, and the versions
-that serve keep serving: the engine swaps only after a load succeeds.
+It runs in the serving process: once at start-up (a restart recovers every active model and its traffic policy),
+whenever a "registry.changed" message arrives on the channel layer, and every INFERA_RECONCILE_SECONDS (a lost
+message heals). A version that fails to load is marked FAILED with the engine's reason and left out, and the
+versions that serve keep serving: the engine swaps only after a load succeeds. When the engine's guard rolls a
+policy back, the reconciler records it (audit event, desired state back to the active version) and does not put
+the rolled-back policy in force again meanwhile.
 """
 
 from __future__ import annotations
@@ -17,9 +20,10 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 
 from console.registry.desired import ModelPlan, mark_loading, read_plans, record_outcome
-from console.registry.services import CHANGED, GROUP
+from console.registry.services import CHANGED, GROUP, record_automatic_rollback
 from engine.config_format import parse_config_json
 from engine.errors import InferaError, LoadError
+from engine.server import TrafficPolicy, policy_from_dict
 
 if TYPE_CHECKING:
     from engine.server import InferenceServer
@@ -43,10 +47,16 @@ class Reconciler:
         self._lock = asyncio.Lock()
         self._applied: dict[str, tuple] = {}
         self._task: asyncio.Task[None] | None = None
+        # model -> the policy its guard rolled back: kept out of force until a pass reads the desired state recorded
+        self._rolled_back: dict[str, dict] = {}
+        self._recorded: dict[str, dict] = {}  # those of them the database has recorded since the last pass began
+        self._traffic_refusals: dict[str, str] = {}  # model -> why the engine refused its policy (logged once)
+        self._recording: set[asyncio.Task[None]] = set()
 
     async def reconcile_once(self) -> None:
         """One full pass over every registered model, plus unloading models that were deleted."""
         async with self._lock:
+            self._forget_recorded_rollbacks()
             plans = await database_sync_to_async(read_plans)()
             for plan in plans:
                 await self._converge(plan)
@@ -57,6 +67,7 @@ class Reconciler:
     async def reconcile_model(self, name: str) -> None:
         """A pass over one model (the v2 repository control waits for it)."""
         async with self._lock:
+            self._forget_recorded_rollbacks()
             plans = await database_sync_to_async(read_plans)(name)
             if plans:
                 await self._converge(plans[0])
@@ -74,15 +85,18 @@ class Reconciler:
             self._applied.pop(name, None)
             await database_sync_to_async(record_outcome)(name, set(), {})
             return
+        self._relax_traffic(plan)
         if ready == set(plan.versions) and self._applied.get(name) == plan.signature:
             if plan.active in ready and serving != plan.active:
                 logger.info("model '%s': version %s takes traffic (was %s)", name, plan.active, serving)
                 self.server.set_active_version(name, plan.active)
             await database_sync_to_async(record_outcome)(name, ready, {})
+            self._apply_traffic(plan)
             return
         await database_sync_to_async(mark_loading)(name, set(plan.versions) - ready)
         failed = await self._load(plan, ready, serving)
         await database_sync_to_async(record_outcome)(name, set(self.server.status(name).ready), failed)
+        self._apply_traffic(plan)
 
     async def _load(self, plan: ModelPlan, ready: set[int], serving: int | None) -> dict[int, str]:
         """Load the plan, dropping each version that fails and trying again with the rest; returns the failures."""
@@ -113,6 +127,68 @@ class Reconciler:
             return failed
         return failed
 
+    # ---- traffic policies
+
+    def _relax_traffic(self, plan: ModelPlan) -> None:
+        """Before versions change: a policy in force that the plan no longer allows (one of its versions leaves, or
+        its shadow candidate becomes the active version) gives way to the active version first."""
+        current = policy_from_dict(self.server.traffic_status(plan.name)["policy"])
+        if current.mode == "active":
+            return
+        leaving = current.versions() - set(plan.versions)
+        if not leaving and not (current.mode == "shadow" and current.candidate == plan.active):
+            return
+        with contextlib.suppress(InferaError):
+            self.server.set_traffic_policy(plan.name, TrafficPolicy())
+            logger.info("model '%s': traffic back to the active version while its versions change", plan.name)
+
+    def _apply_traffic(self, plan: ModelPlan) -> None:
+        """Put the plan's traffic policy in force when the engine has another; a refusal (a version still loading,
+        say) is logged once and the next pass tries again."""
+        name = plan.name
+        try:
+            desired = policy_from_dict(plan.traffic)
+            wanted = desired.to_dict()
+            if self._rolled_back.get(name) == wanted or self.server.traffic_status(name)["policy"] == wanted:
+                return
+            self.server.set_traffic_policy(name, desired)
+        except InferaError as exc:
+            if self._traffic_refusals.get(name) != exc.message:
+                logger.warning("model '%s': traffic policy not in force yet: %s", name, exc.message)
+            self._traffic_refusals[name] = exc.message
+            return
+        self._traffic_refusals.pop(name, None)
+        logger.info("model '%s': %s traffic policy in force", name, desired.mode)
+
+    def traffic_rolled_back(self, model: str, policy: TrafficPolicy, reason: str) -> None:
+        """The engine's guard rolled `model`'s policy back (InferenceServer.on_traffic_rollback, on the event loop):
+        record it in the audit log with the reason and set the desired state back to the active version."""
+        rolled = policy.to_dict()
+        self._rolled_back[model] = rolled  # not put in force again while the database still asks for it
+        task = asyncio.get_running_loop().create_task(self._record_rollback(model, rolled, reason))
+        self._recording.add(task)
+        task.add_done_callback(self._recording.discard)
+
+    async def _record_rollback(self, model: str, rolled: dict, reason: str) -> None:
+        try:
+            await database_sync_to_async(record_automatic_rollback)(model, rolled, reason)
+        except Exception:  # the database may be down: the policy stays out of force in this process
+            logger.exception("model '%s': the automatic traffic rollback could not be recorded", model)
+            return
+        self._recorded[model] = rolled
+
+    def _forget_recorded_rollbacks(self) -> None:
+        """At the start of a pass: the plans it reads already hold the recorded rollbacks."""
+        for model, rolled in self._recorded.items():
+            if self._rolled_back.get(model) == rolled:
+                del self._rolled_back[model]
+        self._recorded.clear()
+
+    async def wait_for_records(self) -> None:
+        """Wait until the automatic rollbacks seen so far are recorded (tests, and stopping)."""
+        if self._recording:
+            await asyncio.gather(*self._recording, return_exceptions=True)
+
     async def _forget(self, name: str) -> None:
         """A model deleted from the registry leaves the engine too."""
         self._applied.pop(name, None)
@@ -129,12 +205,13 @@ class Reconciler:
         return self._task
 
     async def stop(self) -> None:
-        """Cancel the loop and wait for it to end."""
+        """Cancel the loop and wait for it to end, and for the rollbacks being recorded."""
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await self.wait_for_records()
 
     async def run(self) -> None:
         layer = get_channel_layer()

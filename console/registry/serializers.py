@@ -1,4 +1,4 @@
-"""What the management API reads and writes: models, versions, uploads and audit events."""
+"""What the management API reads and writes: models, versions, uploads, traffic policies and audit events."""
 
 from __future__ import annotations
 
@@ -74,6 +74,9 @@ class RegisteredModelSerializer(serializers.ModelSerializer):
     serving_version = serializers.SerializerMethodField()
     state = serializers.SerializerMethodField(help_text="the state of the active version")
     version_count = serializers.SerializerMethodField()
+    traffic_mode = serializers.CharField(
+        read_only=True, help_text="active, canary or shadow: how requests that name no version are shared"
+    )
 
     class Meta:
         model = RegisteredModel
@@ -88,6 +91,7 @@ class RegisteredModelSerializer(serializers.ModelSerializer):
             "serving_version",
             "state",
             "version_count",
+            "traffic_mode",
         ]
         read_only_fields = fields
 
@@ -197,6 +201,77 @@ class VersionUploadedSerializer(VersionDetailSerializer):
     @extend_schema_field(CompanionSerializer(many=True))
     def get_companions(self, version: ModelVersion) -> list[dict[str, Any]]:
         return CompanionSerializer(self.context.get("companions", []), many=True).data
+
+
+class TrafficPolicySerializer(serializers.Serializer):
+    """A traffic policy (the engine's JSON form): how requests that name no version are shared among versions.
+
+    A request that names a version always gets it. `canary` splits the others by `weights` (sticky per request
+    parameter `sticky_key`); `shadow` answers from the active version and copies a `shadow_share` of the requests to
+    the `candidate`, comparing its answers. The rollback fields arm the engine's guard: past the error rate or the
+    p99 latency over the window, every request goes back to the active version.
+    """
+
+    mode = serializers.ChoiceField(choices=["active", "canary", "shadow"], default="active")
+    weights = serializers.DictField(
+        child=serializers.FloatField(),
+        required=False,
+        help_text='canary: version number -> weight, e.g. {"1": 90, "2": 10}; every version READY',
+    )
+    candidate = serializers.IntegerField(
+        required=False, allow_null=True, min_value=1, help_text="shadow: the READY version that runs the copies"
+    )
+    shadow_share = serializers.FloatField(required=False, help_text="shadow: the share of requests copied, (0, 1]")
+    rollback_error_rate = serializers.FloatField(
+        required=False, allow_null=True, help_text="roll back when the candidate fails more than this share, [0, 1]"
+    )
+    rollback_p99_ms = serializers.FloatField(
+        required=False, allow_null=True, min_value=0, help_text="or when its p99 latency passes this many ms"
+    )
+    rollback_window_seconds = serializers.FloatField(required=False, min_value=0.001)
+    rollback_min_requests = serializers.IntegerField(required=False, min_value=1)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        unknown = sorted(set(self.initial_data) - set(self.fields)) if isinstance(self.initial_data, dict) else []
+        if unknown:
+            raise serializers.ValidationError(f"unknown traffic policy field(s): {', '.join(unknown)}")
+        return attrs
+
+
+class OutputAgreementSerializer(serializers.Serializer):
+    """How often the candidate's answers matched the active version's for one output."""
+
+    agree = serializers.IntegerField()
+    disagree = serializers.IntegerField()
+    max_abs_diff = serializers.FloatField(allow_null=True, help_text="floats: the largest difference seen")
+    argmax_agree = serializers.IntegerField(allow_null=True, help_text="floats: rows whose arg max matched")
+    argmax_disagree = serializers.IntegerField(allow_null=True)
+
+
+class ShadowComparisonSerializer(serializers.Serializer):
+    """What a shadow saw in this process: agreement per output, the candidate's failures, sampled disagreements."""
+
+    outputs = serializers.DictField(child=OutputAgreementSerializer())
+    candidate_failures = serializers.IntegerField()
+    disagreements = serializers.ListField(
+        child=serializers.JSONField(),
+        help_text="the last few: {outputs, inputs, active, candidate}, each tensor as {shape, values, truncated}",
+    )
+
+
+class TrafficSerializer(serializers.Serializer):
+    """A model's traffic: the desired policy, the one in force in this process's engine, and what it saw."""
+
+    model = serializers.CharField()
+    active_version = serializers.IntegerField(allow_null=True)
+    ready_versions = serializers.ListField(child=serializers.IntegerField(), help_text="READY in the registry")
+    policy = TrafficPolicySerializer(help_text="the desired policy (the reconciler puts it in force)")
+    promotion_candidate = serializers.IntegerField(
+        allow_null=True, help_text="the version that 'promote' makes active (none under the active mode)"
+    )
+    in_force = TrafficPolicySerializer(allow_null=True, help_text="the policy this process's engine applies now")
+    rolled_back = serializers.CharField(help_text="why the engine's guard last rolled the policy back, if it did")
+    shadow = ShadowComparisonSerializer(allow_null=True)
 
 
 class AuditEventSerializer(serializers.ModelSerializer):

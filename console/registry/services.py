@@ -38,6 +38,7 @@ from engine.admission import SYSTEM, Principal
 from engine.config import ModelConfig
 from engine.config_format import config_to_dict, merge_config, parse_config_json
 from engine.errors import CodeRefused, InferaError
+from engine.server import TrafficPolicy, policy_from_dict
 
 logger = logging.getLogger("console.registry")
 
@@ -440,20 +441,32 @@ def activate(actor: Any, version: ModelVersion) -> ModelVersion:
             f"version {version.number} of '{version.model.name}' is {version.state}; only a READY version can be "
             "activated" + (" (load it first)" if version.state == VersionState.UNLOADED else "")
         )
-    with transaction.atomic():
-        model = (
-            RegisteredModel.objects.select_for_update(of=("self",))
-            .select_related("active_version")
-            .get(pk=version.model_id)
+    policy = traffic_policy_of(version.model)
+    if policy.mode == "shadow" and policy.candidate == version.number:
+        raise Conflict(
+            f"version {version.number} of '{version.model.name}' is the candidate of its shadow traffic policy; "
+            "promote it or change the policy first"
         )
-        previous = model.active_number
-        model.active_version = version
-        model.save(update_fields=["active_version"])
-        get_store().write_config(model.name, parse_config_json(version.config))
-        AuditEvent.record(actor, "version.activate", version.label, previous=previous)
+    with transaction.atomic():
+        model = _locked(version.model)
+        _switch_active(actor, model, version)
         notify_changed(model.name)
     version.model = model
     return version
+
+
+def _locked(model: RegisteredModel) -> RegisteredModel:
+    """The model's row, locked for the rest of the transaction, with its active version."""
+    return RegisteredModel.objects.select_for_update(of=("self",)).select_related("active_version").get(pk=model.pk)
+
+
+def _switch_active(actor: Any, model: RegisteredModel, version: ModelVersion) -> None:
+    """Within a transaction: `version` takes unversioned traffic, its config is the store's, and it is audited."""
+    previous = model.active_number
+    model.active_version = version
+    model.save(update_fields=["active_version"])
+    get_store().write_config(model.name, parse_config_json(version.config))
+    AuditEvent.record(actor, "version.activate", version.label, previous=previous)
 
 
 def load_version(actor: Any, version: ModelVersion) -> ModelVersion:
@@ -468,12 +481,14 @@ def load_version(actor: Any, version: ModelVersion) -> ModelVersion:
 
 
 def unload_version(actor: Any, version: ModelVersion) -> ModelVersion:
-    """Ask for a version to be unloaded; the active one stays until another is activated."""
+    """Ask for a version to be unloaded; the active one stays until another is activated, and one that the model's
+    traffic policy sends requests to until the policy changes."""
     if version.is_active:
         raise Conflict(
             f"version {version.number} is the active version of '{version.model.name}'; activate another version "
             "before unloading it"
         )
+    _check_out_of_traffic(version, "unloading")
     with transaction.atomic():
         version.request_unload()
         AuditEvent.record(actor, "version.unload", version.label)
@@ -488,6 +503,7 @@ def delete_version(actor: Any, version: ModelVersion) -> None:
             f"version {version.number} is the active version of '{version.model.name}'; activate another version "
             "before deleting it"
         )
+    _check_out_of_traffic(version, "deleting")
     name, number = version.model.name, version.number
     if ensembles := ensembles_using(name, number):
         raise in_use(f"version {number} of '{name}'", ensembles)
@@ -535,14 +551,20 @@ def v2_load(actor: Any, name: str) -> list[int] | None:
 
 
 def v2_unload(actor: Any, name: str) -> bool:
-    """A /v2 unload of a registered model: no version should serve. False when the registry does not know it."""
+    """A /v2 unload of a registered model: no version should serve (and no traffic policy stays). False when the
+    registry does not know it."""
     with transaction.atomic():
-        model = RegisteredModel.objects.filter(name=name).first()
+        model = RegisteredModel.objects.select_for_update().filter(name=name).first()
         if model is None:
             return False
         for version in model.versions.filter(should_load=True):
             version.request_unload()
-        AuditEvent.record(actor, "v2.unload", name)
+        detail: dict[str, Any] = {}
+        if model.traffic_mode != "active":  # its versions leave the engine, and the policy with them
+            detail["traffic_policy"] = model.traffic_policy
+            model.traffic_policy = ACTIVE_POLICY
+            model.save(update_fields=["traffic_policy"])
+        AuditEvent.record(actor, "v2.unload", name, **detail)
         notify_changed(name)
     return True
 
@@ -559,3 +581,140 @@ def record_import(actor: Any, model: RegisteredModel, numbers: list[int], source
     """Audit and announce versions registered from an existing repository (the importer's one write of both)."""
     AuditEvent.record(actor, "repository.import", model.name, source=source.name, versions=numbers)
     notify_changed(model.name)
+
+
+# ---- traffic policies: how the requests that name no version are shared among a model's versions
+
+ACTIVE_POLICY = TrafficPolicy().to_dict()
+TRAFFIC_MODES = ("active", "canary", "shadow")
+
+
+def traffic_policy_of(model: RegisteredModel) -> TrafficPolicy:
+    """The model's desired traffic policy (every request to the active version when none was set)."""
+    return policy_from_dict(model.traffic_policy or {})
+
+
+def set_traffic_policy(actor: Any, model: RegisteredModel, data: Any) -> RegisteredModel:
+    """Make a policy (the engine's JSON form) the desired state; the reconciler puts it in force after the versions
+    converge. 400 with the reason when it does not fit the READY versions, 403 for callers who may not change models.
+    """
+    _check_may_change_traffic(actor, model)
+    try:
+        policy = policy_from_dict(data)
+    except InferaError as exc:
+        raise RegistryError(exc.message) from None
+    with transaction.atomic():
+        model = _locked(model)
+        ready = set(model.versions.filter(state=VersionState.READY).values_list("number", flat=True))
+        problem = traffic_problem(policy, ready, model.active_number)
+        if problem:
+            raise RegistryError(f"traffic policy of model '{model.name}': {problem}")
+        _write_traffic(actor, model, policy.to_dict(), "traffic.set")
+    return model
+
+
+def traffic_problem(policy: TrafficPolicy, ready: set[int], active: int | None) -> str | None:
+    """Why a policy cannot apply to these READY versions, in the engine's words (engine/traffic.py check_policy,
+    which engine.server does not export: the console states the same rules against the registry's versions)."""
+    if policy.mode not in TRAFFIC_MODES:
+        return f"mode must be one of {', '.join(TRAFFIC_MODES)}, got '{policy.mode}'"
+    if policy.mode == "canary":
+        if len(policy.weights) < 2:
+            return "a canary needs weights for two or more versions"
+        if any(weight < 0 for weight in policy.weights.values()) or sum(policy.weights.values()) <= 0:
+            return "weights must not be negative and must not all be zero"
+    if policy.mode == "shadow":
+        if policy.candidate is None:
+            return "a shadow needs a candidate version"
+        if policy.candidate == active:
+            return f"the candidate {policy.candidate} is the active version"
+        if not 0 < policy.shadow_share <= 1:
+            return f"shadow_share must be in (0, 1], got {policy.shadow_share}"
+    missing = sorted(policy.versions() - ready)
+    if missing:
+        return f"version {missing[0]} is not READY"
+    if policy.rollback_error_rate is not None and not 0 <= policy.rollback_error_rate <= 1:
+        return "rollback_error_rate must be in [0, 1]"
+    return None
+
+
+def promote_traffic(actor: Any, model: RegisteredModel) -> RegisteredModel:
+    """The policy's candidate becomes the active version and every request goes to it: for a canary the version
+    with the highest weight that is not active, for a shadow its candidate."""
+    _check_may_change_traffic(actor, model)
+    with transaction.atomic():
+        model = _locked(model)
+        policy = traffic_policy_of(model)
+        number = promotion_candidate(policy, model.active_number)
+        if number is None:
+            raise Conflict(f"model '{model.name}' has no canary or shadow candidate to promote")
+        version = model.versions.filter(number=number).first()
+        if version is None or version.state != VersionState.READY:
+            state = version.state if version is not None else "gone"
+            raise Conflict(f"version {number} of '{model.name}' is {state}; only a READY version can be promoted")
+        previous = model.active_number
+        _switch_active(actor, model, version)
+        _write_traffic(actor, model, ACTIVE_POLICY, "traffic.promote", version=number, previous=previous)
+    return model
+
+
+def promotion_candidate(policy: TrafficPolicy, active: int | None) -> int | None:
+    """The version a promotion makes active, or None when the policy has no candidate."""
+    if policy.mode == "shadow":
+        return policy.candidate
+    if policy.mode == "canary":
+        others = [(weight, number) for number, weight in policy.weights.items() if number != active]
+        return max(others)[1] if others else None
+    return None
+
+
+def rollback_traffic(actor: Any, model: RegisteredModel) -> RegisteredModel:
+    """Every request goes back to the active version (a canary or shadow ends)."""
+    _check_may_change_traffic(actor, model)
+    with transaction.atomic():
+        model = _locked(model)
+        if traffic_policy_of(model).mode == "active":
+            raise Conflict(f"model '{model.name}' has no canary or shadow to roll back")
+        _write_traffic(actor, model, ACTIVE_POLICY, "traffic.rollback", automatic=False)
+    return model
+
+
+def record_automatic_rollback(name: str, rolled_back: dict[str, Any], reason: str) -> None:
+    """The engine's guard put the active version back: the audit log says why, and the desired state follows (unless
+    someone changed the policy since)."""
+    with transaction.atomic():
+        model = RegisteredModel.objects.select_for_update().filter(name=name).first()
+        if model is None:
+            return
+        if traffic_policy_of(model).to_dict() == rolled_back:
+            _write_traffic(SYSTEM, model, ACTIVE_POLICY, "traffic.rollback", automatic=True, reason=reason)
+        else:
+            AuditEvent.record(
+                SYSTEM, "traffic.rollback", name, automatic=True, reason=reason, policy=rolled_back, desired="kept"
+            )
+
+
+def _check_may_change_traffic(actor: Any, model: RegisteredModel) -> None:
+    """Traffic is changed by those who may activate versions: operators and admins (403 otherwise)."""
+    caller = caller_of(actor)
+    if not caller.may_change_models:
+        raise RegistryError(f"'{caller.name}' may not change the traffic of model '{model.name}'", 403)
+
+
+def _write_traffic(actor: Any, model: RegisteredModel, policy: dict[str, Any], action: str, **detail: Any) -> None:
+    """Within a transaction: store the desired policy, audit the change from the one before, wake the reconcilers."""
+    before = model.traffic_policy or ACTIVE_POLICY
+    model.traffic_policy = policy
+    model.save(update_fields=["traffic_policy"])
+    AuditEvent.record(actor, action, model.name, policy=policy, previous_policy=before, **detail)
+    notify_changed(model.name)
+
+
+def _check_out_of_traffic(version: ModelVersion, doing: str) -> None:
+    """Refuse to unload or delete a version that the model's traffic policy sends requests to."""
+    policy = traffic_policy_of(version.model)
+    if version.number in policy.versions():
+        raise Conflict(
+            f"version {version.number} of model '{version.model.name}' is in its {policy.mode} traffic policy; "
+            f"change the policy before {doing} it"
+        )

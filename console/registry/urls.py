@@ -1,4 +1,4 @@
-"""URLs of the registry: the pages, the management API (/api/models/, /api/audit/) and its Swagger UI."""
+"""URLs of the registry: the pages, the management API (/api/models/, .../traffic, /api/audit/) and its Swagger UI."""
 
 from __future__ import annotations
 
@@ -9,15 +9,18 @@ from console.registry import api, views
 from console.registry.docs import LocalSwaggerView
 
 VERSION = "api/models/<str:name>/versions/<str:number>"
+TRAFFIC = "api/models/<str:name>/traffic"
+
+
+def both_paths(route: str, view: type[APIView], name: str) -> list[URLPattern]:
+    """`route` as the API documents it, and with a trailing slash too (a POST or PUT cannot be redirected)."""
+    undocumented = type(f"{view.__name__}WithSlash", (view,), {"schema": None})
+    return [path(route, view.as_view(), name=name), path(f"{route}/", undocumented.as_view())]
 
 
 def action_paths(action: str, view: type[APIView]) -> list[URLPattern]:
-    """`.../{n}/<action>` as the API documents it, and with a trailing slash too (a POST cannot be redirected)."""
-    undocumented = type(f"{view.__name__}WithSlash", (view,), {"schema": None})
-    return [
-        path(f"{VERSION}/{action}", view.as_view(), name=f"api-version-{action}"),
-        path(f"{VERSION}/{action}/", undocumented.as_view()),
-    ]
+    """`.../{n}/<action>`, with and without a trailing slash."""
+    return both_paths(f"{VERSION}/{action}", view, f"api-version-{action}")
 
 
 urlpatterns = [
@@ -32,5 +35,8 @@ urlpatterns = [
     *action_paths("activate", api.VersionActivateView),
     *action_paths("load", api.VersionLoadView),
     *action_paths("unload", api.VersionUnloadView),
+    *both_paths(TRAFFIC, api.TrafficView, "api-traffic"),
+    *both_paths(f"{TRAFFIC}/promote", api.TrafficPromoteView, "api-traffic-promote"),
+    *both_paths(f"{TRAFFIC}/rollback", api.TrafficRollbackView, "api-traffic-rollback"),
     path("api/audit/", api.AuditListView.as_view(), name="api-audit"),
 ]

@@ -8,6 +8,7 @@
  *   p50, p95, p99 (request latency, ms), queue_ms, compute_ms. data-live-version="2" picks one version;
  *   without it the versions of the model are combined (rates and pending summed, latency the worst).
  * Each element gets data-live-state="live" | "stale" | "offline" and a formatted text ("12.5/s", "3.1 ms", "4").
+ * Page scripts that want the whole snapshot listen for "infera:snapshot" on document (event.detail is it).
  */
 (function () {
   "use strict";
@@ -162,6 +163,7 @@
       onMessage: (message) => {
         if (message.type !== "snapshot") return;
         fill(message.snapshot, root);
+        document.dispatchEvent(new CustomEvent("infera:snapshot", { detail: message.snapshot }));
         clearTimeout(staleTimer);
         staleTimer = setTimeout(() => markAll("stale", root), STALE_AFTER_MS);
       },

@@ -1,7 +1,8 @@
 /* The monitoring page: Plotly charts fed by /ws/metrics/ (through InferaLive.MetricsSocket from live.js).
  *
- * A backlog message (on connect, and after a change of model or window) rebuilds every chart once; each
+ * A backlog message (on connect, and after a change of model, window or split) rebuilds every chart once; each
  * snapshot after that extends every trace in place with Plotly.extendTraces, keeping one window of points.
+ * "By version" splits the throughput, latency, queue/compute and pending charts into one trace per model version.
  */
 (function () {
   "use strict";
@@ -10,12 +11,12 @@
   const stateLabel = document.getElementById("connection-state");
   const windowSelect = document.getElementById("window-select");
   const modelSelect = document.getElementById("model-select");
+  const splitToggle = document.getElementById("split-versions");
   const noGpuNote = document.getElementById("no-gpu-note");
   const deviceTitle = document.getElementById("device-title");
   const { MetricsSocket, byModel } = window.InferaLive;
 
-  const PALETTE = ["#2f6fdb", "#e07b24", "#1b9e5a", "#c0392b", "#8e44ad", "#16a2b8", "#b8860b", "#5d6d7e"];
-  const PLOT_CONFIG = { displaylogo: false, responsive: true, modeBarButtonsToRemove: ["lasso2d", "select2d"] };
+  const { LiveChart, layout, line, palette } = window.InferaCharts;
   const GIB = 1024 ** 3;
   const MIB = 1024 ** 2;
 
@@ -24,86 +25,20 @@
   let model = modelSelect.value || null;
   let gpuLayout = null; // true: GPU panels, false: CPU panels, null: not known yet
   const knownModels = new Set([...modelSelect.options].map((o) => o.value).filter(Boolean));
-  const colors = new Map();
+  const colorOf = palette();
+  let splitVersions = splitToggle.checked;
 
-  function colorOf(name) {
-    if (!colors.has(name)) colors.set(name, PALETTE[colors.size % PALETTE.length]);
-    return colors.get(name);
-  }
-
-  function layout(yTitle, extra = {}) {
-    return {
-      margin: { l: 50, r: 50, t: 8, b: 30 },
-      xaxis: { type: "date", tickformat: "%H:%M:%S" },
-      yaxis: { title: { text: yTitle }, rangemode: "tozero" },
-      legend: { orientation: "h", y: -0.18 },
-      showlegend: true,
-      uirevision: "keep", // zoom and hidden traces survive rebuilds
-      ...extra,
-    };
-  }
-
-  /* One chart: `series(snapshot)` lists its points as {key, y, trace}; traces appear as keys first show up. */
-  class LiveChart {
-    constructor(id, plotLayout, series) {
-      this.element = document.getElementById(id);
-      this.plotLayout = plotLayout;
-      this.series = series;
-      this.keys = [];
-      Plotly.newPlot(this.element, [], plotLayout, PLOT_CONFIG);
-    }
-
-    rebuild(snapshots) {
-      const traces = new Map();
-      const keys = [];
-      for (const snapshot of snapshots) {
-        const x = new Date(snapshot.t);
-        const present = new Map(this.series(snapshot).map((point) => [point.key, point]));
-        for (const [key, point] of present) {
-          if (!traces.has(key)) {
-            traces.set(key, { ...point.trace, x: [], y: [] });
-            keys.push(key);
-          }
-        }
-        for (const key of keys) {
-          const trace = traces.get(key);
-          trace.x.push(x);
-          trace.y.push(present.has(key) ? present.get(key).y : null); // a gap, not a line across it
-        }
-      }
-      this.keys = keys;
-      Plotly.react(this.element, keys.map((key) => traces.get(key)), this.plotLayout, PLOT_CONFIG);
-    }
-
-    extend(snapshot, maxPoints) {
-      const x = new Date(snapshot.t);
-      const points = this.series(snapshot);
-      const present = new Map(points.map((point) => [point.key, point]));
-      if (this.keys.length) {
-        Plotly.extendTraces(
-          this.element,
-          { x: this.keys.map(() => [x]), y: this.keys.map((key) => [present.has(key) ? present.get(key).y : null]) },
-          this.keys.map((_, index) => index),
-          maxPoints,
-        );
-      }
-      const fresh = points.filter((point) => !this.keys.includes(point.key));
-      if (fresh.length) {
-        Plotly.addTraces(this.element, fresh.map((point) => ({ ...point.trace, x: [x], y: [point.y] })));
-        this.keys.push(...fresh.map((point) => point.key));
-      }
-    }
-  }
-
-  function line(name, color, { line: lineStyle = {}, ...extra } = {}) {
-    return { type: "scatter", mode: "lines", name, line: { color, width: 2, ...lineStyle }, ...extra };
+  /* What the per-model charts draw: each model with its versions merged, or each version apart ("name v2"). */
+  function entries(snapshot) {
+    if (!splitVersions) return [...byModel(snapshot).values()];
+    return (snapshot.models || []).map((entry) => ({ ...entry, name: `${entry.name} v${entry.version}` }));
   }
 
   const DASH = { p50: "solid", p95: "dash", p99: "dot" };
 
   const charts = {
     throughput: new LiveChart("chart-throughput", layout("requests/s"), (snapshot) => {
-      const models = [...byModel(snapshot).values()];
+      const models = entries(snapshot);
       const points = models.map((m) => ({ key: m.name, y: m.success_per_s, trace: line(m.name, colorOf(m.name)) }));
       const failures = models.reduce((sum, m) => sum + m.failure_per_s, 0);
       points.push({ key: "failures", y: failures, trace: line("failures", "#b3261e", { line: { dash: "dot" } }) });
@@ -119,7 +54,7 @@
         .map((protocol) => ({ key: protocol, y: totals[protocol], trace: { type: "bar", name: protocol.toUpperCase() } }));
     }),
     latency: new LiveChart("chart-latency", layout("ms"), (snapshot) =>
-      [...byModel(snapshot).values()].flatMap((m) =>
+      entries(snapshot).flatMap((m) =>
         Object.keys(DASH).map((p) => ({
           key: `${m.name} ${p}`,
           y: m.latency_ms ? m.latency_ms[p] : null,
@@ -128,7 +63,7 @@
       ),
     ),
     queueCompute: new LiveChart("chart-queue-compute", layout("ms per request"), (snapshot) =>
-      [...byModel(snapshot).values()].flatMap((m) => [
+      entries(snapshot).flatMap((m) => [
         { key: `${m.name} queue`, y: m.queue_ms, trace: line(`${m.name} queue`, colorOf(m.name), { line: { dash: "dot" } }) },
         { key: `${m.name} compute`, y: m.compute_ms, trace: line(`${m.name} compute`, colorOf(m.name)) },
       ]),
@@ -152,7 +87,7 @@
       deviceSeries,
     ),
     pending: new LiveChart("chart-pending", layout("requests"), (snapshot) =>
-      [...byModel(snapshot).values()].map((m) => ({ key: m.name, y: m.pending, trace: line(m.name, colorOf(m.name)) })),
+      entries(snapshot).map((m) => ({ key: m.name, y: m.pending, trace: line(m.name, colorOf(m.name)) })),
     ),
     sequences: new LiveChart("chart-sequences", layout("sequences"), (snapshot) =>
       [...byModel(snapshot).values()]
@@ -264,6 +199,15 @@
     else url.searchParams.delete("model");
     window.history.replaceState(null, "", url);
     socket.send({ model });
+  });
+
+  splitToggle.addEventListener("change", () => {
+    splitVersions = splitToggle.checked;
+    const url = new URL(window.location.href);
+    if (splitVersions) url.searchParams.set("split", "versions");
+    else url.searchParams.delete("split");
+    window.history.replaceState(null, "", url);
+    socket.send({ window: windowSeconds }); // the backlog that answers redraws every chart the new way
   });
 
   window.inferaMonitoring = { charts, socket };

@@ -457,6 +457,9 @@
     };
   }
 
+  // the helpers other registry scripts (traffic.js) build on
+  window.InferaRegistry = { api, problem, el, notice, shown, every };
+
   function start() {
     const list = document.querySelector('[data-page="model-list"]');
     if (list) initModelList(list);

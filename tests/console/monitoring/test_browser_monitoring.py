@@ -87,6 +87,19 @@ def test_it_narrows_to_one_model_and_changes_the_window(monitoring_server: Serve
     assert errors == []
 
 
+def test_it_splits_the_model_charts_by_version(monitoring_server: ServerProcess, page):
+    errors = open_monitoring(page, monitoring_server)
+    page.wait_for_function(f"({TRACE})(['chart-throughput', 'simple']).points >= 1", timeout=WAIT_MS)
+    page.check("#split-versions")
+    page.wait_for_url("**/monitoring/?split=versions")
+    page.wait_for_function(f"({TRACE})(['chart-throughput', 'simple v1']).points >= 1", timeout=WAIT_MS)
+    page.wait_for_function(f"({TRACE})(['chart-latency', 'simple v1 p99']).points >= 1", timeout=WAIT_MS)
+    assert page.evaluate(f"({TRACE})(['chart-throughput', 'simple']).points") == -1  # rebuilt, not merged
+    page.uncheck("#split-versions")
+    page.wait_for_function(f"({TRACE})(['chart-throughput', 'simple']).points >= 1", timeout=WAIT_MS)
+    assert errors == []
+
+
 def test_it_shows_the_connection_state_and_reconnects_by_itself(monitoring_server: ServerProcess, page):
     errors = open_monitoring(page, monitoring_server)
     page.evaluate(

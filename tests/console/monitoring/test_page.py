@@ -31,6 +31,11 @@ def test_it_refuses_inference_only_users(client):
     assert response.status_code == 302 and response["Location"].startswith("/accounts/login/")
 
 
+def test_it_opens_split_by_version_when_the_link_asks(client):
+    html = signed_in(client, "viewer").get("/monitoring/", {"split": "versions"}).content.decode()
+    assert 'id="split-versions" checked' in html
+
+
 def test_it_shows_every_chart_the_controls_and_the_connection_state(client):
     html = signed_in(client, "viewer").get("/monitoring/").content.decode()
     for chart in CHARTS:
@@ -38,13 +43,19 @@ def test_it_shows_every_chart_the_controls_and_the_connection_state(client):
     for window in ("60", "300", "900"):
         assert f'<option value="{window}"' in html
     assert 'id="model-select"' in html and 'id="connection-state"' in html
+    assert 'id="split-versions"' in html
     assert "No GPU on this machine" in html  # shown by the page script when snapshots carry no GPU
     assert 'data-ws-path="/ws/metrics/"' in html
 
 
 @pytest.mark.parametrize(
     "path",
-    ["/static/vendor/plotly.min.js", "/static/monitoring/live.js", "/static/monitoring/monitoring.js"],
+    [
+        "/static/vendor/plotly.min.js",
+        "/static/monitoring/live.js",
+        "/static/monitoring/charts.js",
+        "/static/monitoring/monitoring.js",
+    ],
 )
 def test_it_serves_its_scripts_from_this_server(client, path):
     html = signed_in(client, "viewer").get("/monitoring/").content.decode()

@@ -41,6 +41,17 @@ def test_the_model_page_offers_upload_and_try_it_to_operators(operator, as_opera
     assert external_urls(html) == []
 
 
+def test_the_model_page_has_a_traffic_panel_whose_controls_only_managers_get(viewer, operator, as_operator):
+    as_operator.post("/api/models/", {"name": "simple"}, format="json")
+    managed = signed_in(operator).get("/models/simple/").content.decode()
+    assert 'data-api="/api/models/simple/traffic"' in managed
+    for control in ("traffic-mode", "traffic-slider", "traffic-promote", "traffic-rollback", "traffic-candidate"):
+        assert f'id="{control}"' in managed
+    assert "registry/traffic.js" in managed and "vendor/plotly.min.js" in managed
+    read_only = signed_in(viewer).get("/models/simple/").content.decode()
+    assert 'id="traffic-rows"' in read_only and 'id="traffic-form"' not in read_only
+
+
 def test_the_model_page_answers_404_for_an_unknown_model(viewer):
     assert signed_in(viewer).get("/models/nope/").status_code == 404
 

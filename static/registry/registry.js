@@ -423,6 +423,7 @@
     }
 
     async function send() {
+      delete status.dataset.modelVersion; // set again by this answer, never left from the last one
       const started = performance.now();
       const result = await api("POST", `${modelUrl()}/infer`, body.value, headers());
       const millis = (performance.now() - started).toFixed(1);

@@ -86,19 +86,7 @@ class EnsemblePlan:
         for output in config.output:
             if output.name not in self.producer:
                 raise InvalidArgument(f"{prefix}: ensemble output '{output.name}' is produced by no step")
-        self._check_cycles(prefix)
-
-    def _check_cycles(self, prefix: str) -> None:
-        available = set(self.inputs)
-        left = list(self.steps)
-        while left:
-            ready = [s for s in left if all(t in available for t in s.input_map.values())]
-            if not ready:
-                names = ", ".join(s.label for s in left)
-                raise InvalidArgument(f"{prefix}: the steps form a cycle: {names} wait for each other's outputs")
-            for step in ready:
-                available.update(step.output_map.values())
-                left.remove(step)
+        self.order = self._order(prefix)
 
     def models(self) -> list[str]:
         """The composing models, in step order, once each."""
@@ -109,7 +97,7 @@ class EnsemblePlan:
         cannot match), or None."""
         prefix = f"ensemble '{self.name}'"
         types: dict[str, TensorConfig] = {t.name: t for t in self.config.input}
-        for step in self._order():
+        for step in self.order:
             version = step.model_version if step.model_version > 0 else None
             try:
                 model = config_of(step.model_name, version)
@@ -138,12 +126,16 @@ class EnsemblePlan:
                 return f"{prefix}: ensemble output '{output.name}' {clash}"
         return None
 
-    def _order(self) -> list[EnsembleStep]:
+    def _order(self, prefix: str) -> list[EnsembleStep]:
+        """The steps in an order where each runs after the steps producing its inputs; InvalidArgument on a cycle."""
         available = set(self.inputs)
         order: list[EnsembleStep] = []
         left = list(self.steps)
         while left:
             ready = [s for s in left if all(t in available for t in s.input_map.values())]
+            if not ready:
+                names = ", ".join(s.label for s in left)
+                raise InvalidArgument(f"{prefix}: the steps form a cycle: {names} wait for each other's outputs")
             for step in ready:
                 available.update(step.output_map.values())
                 left.remove(step)

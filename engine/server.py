@@ -473,5 +473,6 @@ __all__ = [
     "SYSTEM",
     "TrafficPolicy",
     "VersionStatus",
+    "check_policy",
     "policy_from_dict",
 ]

@@ -39,6 +39,7 @@ from engine.config import ModelConfig
 from engine.config_format import config_to_dict, merge_config, parse_config_json
 from engine.errors import CodeRefused, InferaError
 from engine.server import TrafficPolicy, policy_from_dict
+from engine.server import check_policy as check_traffic_policy
 
 logger = logging.getLogger("console.registry")
 
@@ -586,7 +587,6 @@ def record_import(actor: Any, model: RegisteredModel, numbers: list[int], source
 # ---- traffic policies: how the requests that name no version are shared among a model's versions
 
 ACTIVE_POLICY = TrafficPolicy().to_dict()
-TRAFFIC_MODES = ("active", "canary", "shadow")
 
 
 def traffic_policy_of(model: RegisteredModel) -> TrafficPolicy:
@@ -606,36 +606,12 @@ def set_traffic_policy(actor: Any, model: RegisteredModel, data: Any) -> Registe
     with transaction.atomic():
         model = _locked(model)
         ready = set(model.versions.filter(state=VersionState.READY).values_list("number", flat=True))
-        problem = traffic_problem(policy, ready, model.active_number)
-        if problem:
-            raise RegistryError(f"traffic policy of model '{model.name}': {problem}")
+        try:
+            check_traffic_policy(model.name, policy, ready, model.active_number)
+        except InferaError as exc:
+            raise RegistryError(exc.message) from None
         _write_traffic(actor, model, policy.to_dict(), "traffic.set")
     return model
-
-
-def traffic_problem(policy: TrafficPolicy, ready: set[int], active: int | None) -> str | None:
-    """Why a policy cannot apply to these READY versions, in the engine's words (engine/traffic.py check_policy,
-    which engine.server does not export: the console states the same rules against the registry's versions)."""
-    if policy.mode not in TRAFFIC_MODES:
-        return f"mode must be one of {', '.join(TRAFFIC_MODES)}, got '{policy.mode}'"
-    if policy.mode == "canary":
-        if len(policy.weights) < 2:
-            return "a canary needs weights for two or more versions"
-        if any(weight < 0 for weight in policy.weights.values()) or sum(policy.weights.values()) <= 0:
-            return "weights must not be negative and must not all be zero"
-    if policy.mode == "shadow":
-        if policy.candidate is None:
-            return "a shadow needs a candidate version"
-        if policy.candidate == active:
-            return f"the candidate {policy.candidate} is the active version"
-        if not 0 < policy.shadow_share <= 1:
-            return f"shadow_share must be in (0, 1], got {policy.shadow_share}"
-    missing = sorted(policy.versions() - ready)
-    if missing:
-        return f"version {missing[0]} is not READY"
-    if policy.rollback_error_rate is not None and not 0 <= policy.rollback_error_rate <= 1:
-        return "rollback_error_rate must be in [0, 1]"
-    return None
 
 
 def promote_traffic(actor: Any, model: RegisteredModel) -> RegisteredModel:

@@ -14,10 +14,10 @@ from engine.backends import python_utils as pb_utils
 from engine.backends.python_model import bls_responses, model_call
 from engine.custom_metrics import CustomMetrics
 from engine.errors import InferaError
+from engine.model_services import UNAVAILABLE
 from engine.types import ModelCall, ModelCallResult
 
 model_log = logging.getLogger("infera.model")
-UNAVAILABLE = 4
 
 
 class EngineModelHost:

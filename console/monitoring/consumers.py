@@ -1,7 +1,9 @@
 """The /ws/metrics/ consumer: a backlog on connect, then one snapshot per second from the runtime's sampler.
 
 Client messages: {"model": "name" | null} narrows to one model (or widens back), {"window": seconds} asks for a
-longer or shorter backlog; either answers with a fresh backlog. Codes: 4401 not signed in, 4403 no console role.
+longer or shorter backlog; either answers with a fresh backlog. An ensemble narrows to itself and its step models,
+and each snapshot carries its `pipeline` numbers (console/monitoring/pipelines.py). Codes: 4401 not signed in, 4403
+no console role.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 
 from console.accounts.permissions import can_view_models
 from console.monitoring.live import group_name
+from console.monitoring.pipelines import Selection, model_choices
 from console.runtime import runtime_of
-from engine.monitoring.sampler import BACKLOG_SECONDS, narrow
+from engine.monitoring.sampler import BACKLOG_SECONDS
+from engine.server import InferenceServer
 
 DEFAULT_WINDOW_S = 300
 CLOSE_UNAUTHENTICATED = 4401
@@ -69,27 +73,38 @@ class MetricsConsumer(AsyncWebsocketConsumer):
         await self.send_backlog()
 
     async def metrics_snapshot(self, event: dict[str, Any]) -> None:
-        """One snapshot from the group: passed on as it came, or narrowed to this client's model."""
+        """One snapshot from the group: passed on as it came, or as this client's selection sees it."""
         if self.model is None:
             await self.send(text_data=event["text"])
             return
         message = orjson.loads(event["text"])
-        message["snapshot"] = narrow(message["snapshot"], self.model)
+        message["snapshot"] = self.selection().apply(message["snapshot"])
         await self.send_json(message)
 
     async def send_backlog(self) -> None:
         runtime = runtime_of(self.scope)
         sampler = runtime.sampler if runtime is not None else None
-        snapshots = sampler.backlog(seconds=self.window, model=self.model) if sampler is not None else []
+        selection = self.selection()
+        snapshots = sampler.backlog(seconds=self.window) if sampler is not None else []
         await self.send_json(
             {
                 "type": "backlog",
                 "model": self.model,
                 "window": self.window,
                 "interval": sampler.interval if sampler is not None else None,
-                "snapshots": snapshots,
+                "snapshots": [selection.apply(snapshot) for snapshot in snapshots],
+                "pipeline": selection.pipeline.describe() if selection.pipeline is not None else None,
+                "ensembles": model_choices(self.server())[0],
             }
         )
+
+    def selection(self) -> Selection:
+        """This client's model as the engine serves it now (an ensemble loaded later is seen on the next snapshot)."""
+        return Selection.of(self.server(), self.model)
+
+    def server(self) -> InferenceServer | None:
+        runtime = runtime_of(self.scope)
+        return runtime.server if runtime is not None else None
 
     async def send_json(self, content: Any) -> None:
         await self.send(text_data=orjson.dumps(content).decode())

@@ -6,19 +6,22 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from console.accounts.permissions import role_required
+from console.monitoring.pipelines import model_choices
 from console.runtime import runtime_of
 
 
 @role_required()
 def monitoring(request: HttpRequest) -> HttpResponse:
-    """Live charts of every model and device; `?split=versions` draws each model version apart."""
+    """Live charts of every model and device; `?model=` narrows them to one model (an ensemble: with its steps),
+    `?split=versions` draws each model version apart."""
     runtime = runtime_of(request)
     # the model filter's choices before the first snapshot arrives
-    models = sorted({served.name for served in runtime.server.served_versions()}) if runtime else []
+    pipelines, models = model_choices(runtime.server if runtime else None)
     return render(
         request,
         "monitoring/monitoring.html",
         {
+            "pipelines": pipelines,
             "models": models,
             "selected_model": request.GET.get("model", ""),
             "split_versions": request.GET.get("split") == "versions",

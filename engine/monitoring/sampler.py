@@ -38,6 +38,7 @@ class _Counters:
     """The cumulative numbers of one model version that the sampler turns into per-interval values."""
 
     success: int
+    success_ns: int
     failure: int
     inferences: int
     executions: int
@@ -52,6 +53,7 @@ class _Counters:
     def read(cls, stats: ModelStats) -> _Counters:
         return cls(
             success=stats.success.count,
+            success_ns=stats.success.ns,
             failure=stats.fail.count,
             inferences=stats.inference_count,
             executions=stats.execution_count,
@@ -64,7 +66,7 @@ class _Counters:
         )
 
 
-_ZERO = _Counters(0, 0, 0, 0, 0, 0, 0, 0, {}, {})
+_ZERO = _Counters(0, 0, 0, 0, 0, 0, 0, 0, 0, {}, {})
 
 
 class MetricsSampler:
@@ -230,6 +232,8 @@ def _model_entry(stats: ModelStats, before: _Counters, now: _Counters, elapsed: 
         "inferences_per_s": rate(now.inferences, before.inferences),
         "executions_per_s": rate(now.executions, before.executions),
         "latency_ms": _latency_percentiles(stats, new_successes),
+        # the mean request latency of the interval's successes: means add up along an ensemble's steps
+        "mean_latency_ms": _mean_ms(now.success_ns - before.success_ns, new_successes),
         "queue_ms": _mean_ms(now.queue_ns - before.queue_ns, queue_count),
         "compute_ms": _mean_ms(now.compute_ns - before.compute_ns, compute_count),
         "batch_sizes": {

@@ -3,6 +3,7 @@
  * A backlog message (on connect, and after a change of model, window or split) rebuilds every chart once; each
  * snapshot after that extends every trace in place with Plotly.extendTraces, keeping one window of points.
  * "By version" splits the throughput, latency, queue/compute and pending charts into one trace per model version.
+ * Selecting an ensemble (the "Pipelines" group) also shows it with its steps (InferaPipeline, pipeline.js).
  */
 (function () {
   "use strict";
@@ -11,18 +12,22 @@
   const stateLabel = document.getElementById("connection-state");
   const windowSelect = document.getElementById("window-select");
   const modelSelect = document.getElementById("model-select");
+  const pipelineOptions = document.getElementById("pipeline-options");
+  const modelOptions = document.getElementById("model-options");
   const splitToggle = document.getElementById("split-versions");
   const noGpuNote = document.getElementById("no-gpu-note");
   const deviceTitle = document.getElementById("device-title");
   const { MetricsSocket, byModel } = window.InferaLive;
 
   const { LiveChart, layout, line, palette } = window.InferaCharts;
+  const panel = new window.InferaPipeline.PipelinePanel(document.getElementById("pipeline-panel"));
   const GIB = 1024 ** 3;
   const MIB = 1024 ** 2;
 
   let interval = 1;
   let windowSeconds = Number(windowSelect.value);
-  let model = modelSelect.value || null;
+  // a deep link may name a model that is not loaded yet: it is selected once it shows up
+  let model = new URL(window.location.href).searchParams.get("model") || modelSelect.value || null;
   let gpuLayout = null; // true: GPU panels, false: CPU panels, null: not known yet
   const knownModels = new Set([...modelSelect.options].map((o) => o.value).filter(Boolean));
   const colorOf = palette();
@@ -137,8 +142,19 @@
     for (const entry of snapshot.models || []) {
       if (knownModels.has(entry.name)) continue;
       knownModels.add(entry.name);
-      modelSelect.add(new Option(entry.name, entry.name));
+      modelOptions.append(new Option(entry.name, entry.name, false, entry.name === model));
     }
+  }
+
+  /* Ensembles go in the "Pipelines" group, whether they were listed with the page or learnt since. */
+  function placeEnsembles(names) {
+    for (const name of names || []) {
+      const option = [...modelSelect.options].find((o) => o.value === name) || new Option(name, name);
+      option.selected = name === model;
+      if (option.parentElement !== pipelineOptions) pipelineOptions.append(option);
+      knownModels.add(name);
+    }
+    pipelineOptions.hidden = pipelineOptions.children.length === 0;
   }
 
   function maxPoints() {
@@ -150,8 +166,11 @@
     interval = message.interval || interval;
     const snapshots = message.snapshots.slice(-maxPoints());
     if (snapshots.length) showDeviceKind(snapshots[snapshots.length - 1]);
+    placeEnsembles(message.ensembles);
     snapshots.forEach(learnModels);
     for (const chart of Object.values(charts)) chart.rebuild(snapshots);
+    panel.show(message.pipeline);
+    panel.rebuild(snapshots);
     root.dataset.points = String(snapshots.length);
   }
 
@@ -159,6 +178,11 @@
     learnModels(snapshot);
     if (showDeviceKind(snapshot)) charts.devices.rebuild([]); // the panel's kind changed: start it afresh
     for (const chart of Object.values(charts)) chart.extend(snapshot, maxPoints());
+    if (snapshot.pipeline && snapshot.pipeline.model === model) {
+      // an ensemble that loaded after the backlog: it joins the "Pipelines" group
+      if (!pipelineOptions.querySelector(`option[value="${CSS.escape(model)}"]`)) placeEnsembles([model]);
+      panel.extend(snapshot, maxPoints());
+    }
     root.dataset.points = String(Math.min(Number(root.dataset.points || 0) + 1, maxPoints()));
   }
 
@@ -210,5 +234,5 @@
     socket.send({ window: windowSeconds }); // the backlog that answers redraws every chart the new way
   });
 
-  window.inferaMonitoring = { charts, socket };
+  window.inferaMonitoring = { charts, panel, socket };
 })();

@@ -1,13 +1,16 @@
-"""Fixtures of the console monitoring tests: users by role, and a sampler over stand-in served versions."""
+"""Fixtures of the console monitoring tests: users by role, a sampler over stand-in served versions, and a real
+engine serving an ensemble."""
 
 from __future__ import annotations
 
 import threading
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import orjson
 import pytest
 from channels.db import database_sync_to_async
@@ -16,9 +19,12 @@ from django.contrib.auth import get_user_model
 from console.accounts.roles import set_role
 from console.demo_sequences import write_sequence_models
 from engine.monitoring.sampler import MetricsSampler
+from engine.server import InferenceServer
+from engine.types import InferenceRequest
 from tests.conftest import ServerProcess, serve_process
 from tests.engine.model_factory import make_simple_onnx
 from tests.engine.monitoring.stand_ins import FIXED_DEVICES, FakeClock, Served, ServedVersions
+from tests.engine.test_ensembles import step, write_ensemble
 
 
 @pytest.fixture
@@ -45,8 +51,9 @@ class SampledServer:
 
     @property
     def runtime(self) -> SimpleNamespace:
-        """What a consumer finds under the scope's runtime key: the sampler it reads its backlog from."""
-        return SimpleNamespace(sampler=self.sampler)
+        """What a consumer finds under the scope's runtime key: the sampler it reads its backlog from (and no
+        engine: stand-in versions have no configs, so no ensembles)."""
+        return SimpleNamespace(sampler=self.sampler, server=None)
 
     def tick(self) -> dict:
         self.clock.advance(1.0)
@@ -56,6 +63,55 @@ class SampledServer:
 @pytest.fixture
 def sampled(in_memory_layer) -> Iterator[SampledServer]:
     yield SampledServer(Served("alpha", 1), Served("beta", 1), Served("beta", 2))
+
+
+class SampledEnsemble:
+    """A real engine serving the ensemble `pair` (step 0 calls `first`, step 1 `second`), sampled on a hand clock."""
+
+    def __init__(self, server: InferenceServer) -> None:
+        self.server = server
+        self.clock = FakeClock()
+        self.sampler = MetricsSampler(server, clock=self.clock, wall_clock=lambda: self.clock.now)
+        self.sampler.sample(devices=FIXED_DEVICES)  # the baseline: the next sample counts from here
+
+    @property
+    def runtime(self) -> SimpleNamespace:
+        """What a consumer finds under the scope's runtime key: this engine and its sampler."""
+        return SimpleNamespace(sampler=self.sampler, server=self.server)
+
+    async def infer(self, model: str, times: int) -> None:
+        inputs = {"A": np.arange(16, dtype=np.int32).reshape(1, 16), "B": np.ones((1, 16), np.int32)}
+        if model != "pair":
+            inputs = {"INPUT0": inputs["A"], "INPUT1": inputs["B"]}
+        for _ in range(times):
+            await self.server.infer(InferenceRequest(model_name=model, inputs=inputs, batch_size=1))
+
+    def tick(self) -> dict:
+        """One sample, a second after the one before: its rates are the interval's counts."""
+        self.clock.advance(1.0)
+        return self.sampler.sample(devices=FIXED_DEVICES)
+
+
+def write_pair(repo: Path) -> Path:
+    """`first` and `second` (Triton's simple model) and the ensemble `pair` chaining them."""
+    for name in ("first", "second"):
+        make_simple_onnx(repo, name=name, extra_config="dynamic_batching { }\n")
+    chain = [
+        step("first", {"INPUT0": "A", "INPUT1": "B"}, {"OUTPUT0": "SUM", "OUTPUT1": "DIFF"}),
+        step("second", {"INPUT0": "SUM", "INPUT1": "DIFF"}, {"OUTPUT0": "TWICE_A"}),
+    ]
+    write_ensemble(repo, "pair", ["A", "B"], ["TWICE_A"], chain)
+    return repo
+
+
+@pytest.fixture
+async def ensemble(tmp_path: Path) -> AsyncIterator[SampledEnsemble]:
+    server = InferenceServer(write_pair(tmp_path), gpu_count=0)
+    await server.start()
+    try:
+        yield SampledEnsemble(server)
+    finally:
+        await server.stop()
 
 
 @pytest.fixture(scope="package")
@@ -93,16 +149,18 @@ def infer_simple(server: ServerProcess) -> None:
 
 
 @contextmanager
-def steady_load(server: ServerProcess) -> Iterator[list[int]]:
-    """Send `simple` requests from a thread until the block ends; yields a one-item list: requests sent so far."""
+def steady_load(server: ServerProcess, infer: Callable[[], None] | None = None) -> Iterator[list[int]]:
+    """Send requests (`simple`'s unless `infer` sends another) from a thread until the block ends; yields a one-item
+    list: requests sent so far."""
     sent = [0]
     stop = threading.Event()
     failures: list[BaseException] = []
+    infer_one = infer or (lambda: infer_simple(server))
 
     def send() -> None:
         while not stop.is_set():
             try:
-                infer_simple(server)
+                infer_one()
             except BaseException as exc:  # noqa: BLE001 - reported to the test below
                 failures.append(exc)
                 return

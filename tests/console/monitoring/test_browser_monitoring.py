@@ -23,12 +23,13 @@ TRACE = """([chart, name]) => {
 }"""
 
 
-def open_monitoring(page, server: ServerProcess) -> list[str]:
-    """Sign in, open /monitoring/ and wait for the stream; returns the page's script errors as they come."""
+def open_monitoring(page, server: ServerProcess, query: str = "") -> list[str]:
+    """Sign in, open /monitoring/ (with `query`, "?model=..."), wait for the stream; returns the page's script errors
+    as they come."""
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
     sign_in(page, server)
-    page.goto(server.base_url + "/monitoring/")
+    page.goto(server.base_url + "/monitoring/" + query)
     page.wait_for_function("document.getElementById('connection-state').dataset.state === 'live'", timeout=WAIT_MS)
     return errors
 

@@ -144,3 +144,25 @@ async def test_it_sends_an_empty_backlog_before_the_engine_samples(in_memory_lay
         assert backlog["snapshots"] == [] and backlog["interval"] is None
     finally:
         await communicator.disconnect()
+
+
+async def test_it_sends_an_ensemble_with_its_steps_and_their_numbers(ensemble, in_memory_layer, user_with_role):
+    await ensemble.infer("pair", 2)
+    ensemble.tick()
+    ensemble.sampler.subscribe(GroupPublisher())
+    communicator = await connected(await user_with_role("viewer"), "/ws/metrics/?model=pair", sampled=ensemble)
+    try:
+        backlog = await receive(communicator)
+        assert backlog["ensembles"] == ["pair"]
+        assert [step["model"] for step in backlog["pipeline"]["steps"]] == ["first", "second"]
+        assert backlog["snapshots"][-1]["pipeline"]["ensemble"]["success_per_s"] == 2.0
+        await ensemble.infer("pair", 1)
+        await ensemble.sampler.publish(ensemble.tick())
+        live = (await receive(communicator))["snapshot"]
+        assert {m["name"] for m in live["models"]} == {"pair", "first", "second"}
+        assert [step["success_per_s"] for step in live["pipeline"]["steps"]] == [1.0, 1.0]
+        await communicator.send_to(text_data='{"model": "first"}')
+        backlog = await receive(communicator)
+        assert backlog["pipeline"] is None and "pipeline" not in backlog["snapshots"][-1]
+    finally:
+        await communicator.disconnect()

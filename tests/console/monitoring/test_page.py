@@ -2,20 +2,29 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
+from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
 
 from console.accounts.roles import set_role
+from console.monitoring.views import monitoring
+from console.runtime import RUNTIME_KEY
 
 pytestmark = pytest.mark.django_db
 
 CHARTS = ("throughput", "latency", "queue-compute", "batch-sizes", "devices", "pending")
 
 
-def signed_in(client, role: str):
+def user_with(role: str):
     user = get_user_model().objects.create_user(f"user-{role}", password="pw-for-tests-123")
     set_role(user, role)
-    client.force_login(user)
+    return user
+
+
+def signed_in(client, role: str):
+    client.force_login(user_with(role))
     return client
 
 
@@ -48,12 +57,29 @@ def test_it_shows_every_chart_the_controls_and_the_connection_state(client):
     assert 'data-ws-path="/ws/metrics/"' in html
 
 
+@pytest.mark.django_db(transaction=True)
+async def test_it_lists_ensembles_as_pipelines_and_selects_the_linked_one(ensemble, rf):
+    request = rf.get("/monitoring/", {"model": "pair"})
+    request.user = await sync_to_async(user_with)("viewer")
+    request.scope = {RUNTIME_KEY: ensemble.runtime}
+    html = (await sync_to_async(monitoring)(request)).content.decode()
+    pipelines = re.search(r'<optgroup label="Pipelines[^"]*" id="pipeline-options">(.*?)</optgroup>', html, re.S)
+    assert re.findall(r'<option value="(\w+)"', pipelines.group(1)) == ["pair"]
+    assert '<option value="pair" selected>' in html
+    models = re.search(r'<optgroup label="Models" id="model-options">(.*?)</optgroup>', html, re.S)
+    assert re.findall(r'<option value="(\w+)"', models.group(1)) == ["first", "second"]
+    assert 'id="pipeline-panel" hidden' in html  # shown by the page script once the stream describes the pipeline
+    for chart in ("throughput", "latency", "queue-compute", "time"):
+        assert f'id="chart-pipeline-{chart}"' in html
+
+
 @pytest.mark.parametrize(
     "path",
     [
         "/static/vendor/plotly.min.js",
         "/static/monitoring/live.js",
         "/static/monitoring/charts.js",
+        "/static/monitoring/pipeline.js",
         "/static/monitoring/monitoring.js",
     ],
 )

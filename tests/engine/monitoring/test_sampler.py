@@ -60,7 +60,7 @@ def test_it_computes_latency_percentiles_over_the_last_interval_only(clock):
     assert model(sampler.sample(devices=FIXED_DEVICES))["latency_ms"] is None
 
 
-def test_it_reports_mean_queue_and_compute_time_per_request(clock):
+def test_it_reports_mean_latency_queue_and_compute_time_per_request(clock):
     served = Served("m", 1)
     sampler, _ = make_sampler(clock, served)
     sampler.sample(devices=FIXED_DEVICES)
@@ -70,9 +70,10 @@ def test_it_reports_mean_queue_and_compute_time_per_request(clock):
     entry = model(sampler.sample(devices=FIXED_DEVICES))
     assert entry["queue_ms"] == 3.0
     assert entry["compute_ms"] == 4.0
+    assert entry["mean_latency_ms"] == 10.0
     clock.advance(1.0)
     idle = model(sampler.sample(devices=FIXED_DEVICES))
-    assert idle["queue_ms"] is None and idle["compute_ms"] is None
+    assert idle["queue_ms"] is None and idle["compute_ms"] is None and idle["mean_latency_ms"] is None
 
 
 def test_it_counts_executions_per_batch_size_in_the_interval(clock):

@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import ensemble_models, ensemble_runs, mlserver_peer
+from bench import ensemble_models, ensemble_runs, mlserver_peer, traffic_runs
 from bench.dashboards import run_dashboards
 from bench.direct import measure_direct
 from bench.engine_inproc import measure_engine
@@ -35,7 +35,7 @@ from bench.wrk import WRK, WrkScripts
 RESULTS = ROOT / "bench" / "results"
 HTTP_TARGETS = ("echo-uvicorn", "echo-daphne", "infera-uvicorn", "infera-daphne", "mlserver")
 DEFAULT_TARGETS = ("echo-uvicorn", "infera-uvicorn", "infera-daphne", "mlserver")
-SECTIONS = ("direct", "http", "grpc", "engine", "hotswap", "dashboards", "python", "sequences", "ensemble")
+SECTIONS = ("direct", "http", "grpc", "engine", "hotswap", "dashboards", "python", "sequences", "ensemble", "traffic")
 
 
 def csv(kind):
@@ -391,6 +391,21 @@ def main(argv: list[str] | None = None) -> int:
                 lambda: ensemble_section(args, workdir),
             )
             results["ensemble"].update(date=results["date"], command=results["command"])
+        if "traffic" in args.sections:
+            results["traffic"] = guarded(
+                "traffic: mlp_small c=64 with no policy, a 90/10 canary and a 100% shadow (set through the console)",
+                lambda: traffic_runs.traffic_section(
+                    repository,
+                    workdir,
+                    RESULTS / "logs",
+                    scripts,
+                    resolve_mode(args.infera_launch),
+                    results["settings"]["queue_delay_us"][MLP_SMALL.name],
+                    args.seconds,
+                    args.runs,
+                ),
+            )
+            results["traffic"].update(date=results["date"], command=results["command"])
     finally:
         scripts.close()
         shutil.rmtree(workdir, ignore_errors=True)

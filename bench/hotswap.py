@@ -19,8 +19,9 @@ Switcher = Callable[[int], None]  # activates one version of mlp_small; raises o
 SWITCHES = 10
 
 
-def _call(url: str, body: dict | None, headers: dict[str, str], method: str = "POST") -> dict:
-    data = json.dumps(body or {}).encode() if method == "POST" else None
+def call_api(url: str, body: dict | None, headers: dict[str, str], method: str = "POST") -> dict:
+    """One JSON call (a POST or PUT sends `body`); its JSON answer, NotAvailable with the reason when refused."""
+    data = json.dumps(body or {}).encode() if method in ("POST", "PUT") else None
     request = urllib.request.Request(
         url, data=data, method=method, headers={"Content-Type": "application/json", **headers}
     )
@@ -34,7 +35,8 @@ def _call(url: str, body: dict | None, headers: dict[str, str], method: str = "P
     return json.loads(text) if text.strip().startswith(b"{") else {}
 
 
-def _wait_for(check: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
+def wait_until(check: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
+    """Poll `check` until it holds; NotAvailable naming `what` after `timeout_s`."""
     deadline = time.monotonic() + timeout_s
     while not check():
         if time.monotonic() > deadline:
@@ -51,16 +53,16 @@ def console_switcher(base_url: str, token: str) -> Switcher:
     versions = f"{base_url}/api/models/{MLP_SMALL.name}/versions"
 
     def detail(version: int) -> dict:
-        return _call(f"{versions}/{version}/", None, auth, method="GET")
+        return call_api(f"{versions}/{version}/", None, auth, method="GET")
 
     for version in (1, 2):
         if detail(version).get("state") != "READY":
-            _call(f"{versions}/{version}/load", None, auth)
-            _wait_for(lambda v=version: detail(v).get("state") == "READY", f"loading version {version}")
+            call_api(f"{versions}/{version}/load", None, auth)
+            wait_until(lambda v=version: detail(v).get("state") == "READY", f"loading version {version}")
 
     def switch(version: int) -> None:
-        _call(f"{versions}/{version}/activate", None, auth)
-        _wait_for(lambda: bool(detail(version).get("is_serving")), f"serving version {version} after activation")
+        call_api(f"{versions}/{version}/activate", None, auth)
+        wait_until(lambda: bool(detail(version).get("is_serving")), f"serving version {version} after activation")
 
     return switch
 
@@ -73,8 +75,10 @@ def repository_switcher(base_url: str) -> Switcher:
 
     def switch(version: int) -> None:
         config = json.dumps({"version_policy": {"specific": {"versions": [version]}}})
-        _call(f"{base_url}/v2/repository/models/{MLP_SMALL.name}/load", {"parameters": {"config": config}}, {})
-        _wait_for(lambda: _call(infer, zeros, {}).get("model_version") == str(version), f"serving version {version}")
+        call_api(f"{base_url}/v2/repository/models/{MLP_SMALL.name}/load", {"parameters": {"config": config}}, {})
+        wait_until(
+            lambda: call_api(infer, zeros, {}).get("model_version") == str(version), f"serving version {version}"
+        )
 
     return switch
 

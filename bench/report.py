@@ -11,12 +11,17 @@ from bench.targets import (
     CEILING_LABEL,
     INFERA_LABELS,
     MLSERVER_LABEL,
+    SECTION_VERDICTS,
+    Verdict,
     all_verdicts,
+    canary_verdict,
     ensemble_row,
     ensemble_verdict,
     http_row,
     python_row,
     python_verdict,
+    shadow_verdict,
+    traffic_row,
 )
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -366,6 +371,91 @@ def ensemble_text(run: dict) -> str:
     )
 
 
+def traffic_text(run: dict) -> str:
+    """The three policies' figures, what each version served and the shadow compared, then the targets."""
+    active, candidate = run["active_version"], run["candidate"]
+    baseline = traffic_row(run, "active")
+    figures, served = [], []
+    for row in run["rows"]:
+        rates = [r["rps"] for r in row["runs"]] or [0.0]
+        ratio = f"{row['rps'] / baseline['rps']:.2f}" if baseline and baseline["rps"] else "-"
+        figures.append(
+            [row["policy"], *_figures(row)[:3], f"{min(rates):.0f}–{max(rates):.0f}", ratio, str(row["errors"])]
+        )
+        shadow = row["shadow"] or {}
+        served.append(
+            [row["policy"], _served(row, active), _served(row, candidate), f"{row['candidate_share']:.1%}"]
+            + [_executions_per_1000(row)]
+            + [str(shadow[key]) if shadow else "-" for key in ("copies", "agree", "disagree", "failures")]
+        )
+    verdicts: dict[str, Verdict] = {"canary": canary_verdict(run), "shadow": shadow_verdict(run)}
+    goals = [
+        [
+            policy,
+            f"{row['rps'] / baseline['rps']:.2f}" if baseline["rps"] else "-",
+            f"{row['p50_ms'] - baseline['p50_ms']:+.3f}",
+            verdicts[policy].goal,
+            verdicts[policy].status,
+        ]
+        for policy, row in ((p, traffic_row(run, p)) for p in verdicts)
+    ]
+    policies = "; ".join(f"`{name}` `{json.dumps(policy)}`" for name, policy in run["policies"].items())
+    launch = "the console, `manage.py serve`" if run["launch"] == "console" else "the engine-only app"
+    return (
+        f"Measured by `{run['command']}` on {run['date']}. One Infera process under uvicorn ({launch}) serves "
+        "`mlp_small` (`max_batch_size` 64, one instance, dynamic batching with `max_queue_delay_microseconds` "
+        f"{run['queue_delay_us']}, one onnxruntime thread) with both of its versions READY: version {active} active, "
+        f"version {candidate} the candidate, the same weights (so every answer can be compared). Each policy is set "
+        "as an operator sets it, `PUT /api/models/mlp_small/traffic` with an API token, and a run starts once `GET` "
+        "on that URL shows the reconciler has put it in force in the engine: "
+        f"{policies}. Under `canary` each request that names no version is drawn at random, 90 to version {active} "
+        f"and 10 to version {candidate}; under `shadow` version {active} answers and a copy of every request then runs "
+        f"on version {candidate}, its outputs compared with the answer's and thrown away. Nothing else differs: the "
+        f"same process, batcher and threads. The load is wrk with one thread, {run['concurrency']} connections and "
+        f"`mlp_small`'s JSON body (batch 1); each figure is the median of {run['runs']} runs of {run['seconds']:g} s "
+        "(the runs' req/s column gives their range), the three policies' runs rotating (ABC, BCA, CAB) after a "
+        "warm-up of each. What each version served is the server's own statistics (`/v2/models/mlp_small/stats`: "
+        "inferences, and their mean batch, summed over the measured runs); the shadow's counters are the engine's "
+        "comparison, read back from `GET /api/models/mlp_small/traffic` once the last copies of each run had been "
+        "compared (a copy agrees when its outputs match the answer's within 1e-5).\n\n"
+        + table(["policy", "req/s", "p50 ms", "p99 ms", "runs' req/s", "/ active", "errors"], figures)
+        + "\n\n"
+        + table(
+            [
+                "policy",
+                f"version {active} requests (mean batch)",
+                f"version {candidate} requests (mean batch)",
+                f"version {candidate}'s share",
+                "executions per 1000 answers",
+                "shadow copies",
+                "agreed",
+                "disagreed",
+                "failed",
+            ],
+            served,
+        )
+        + "\n\n"
+        + table(["policy", "/ active req/s", "p50 added ms", "goal", "result"], goals)
+        + f"\n\nA canary's candidate gets a tenth of the requests, so it forms its own, smaller batches: with one "
+        "instance per version the server runs more executions for the same answers (the executions column), each "
+        "with its fixed cost. A shadow runs every request twice, the copies batched on the candidate. On this "
+        f"{run['cores']}-core machine the server and wrk share the cores, so that extra work comes straight out of "
+        "the answers' throughput; other work on the machine moves a whole run by 10% or more."
+    )
+
+
+def _executions_per_1000(row: dict) -> str:
+    """Executions of both versions per 1000 requests answered (a shadow's copies ran but answered no one)."""
+    inferences, executions = (sum(counts[i] for counts in row["served"].values()) for i in (0, 1))
+    answered = inferences - (row["shadow"] or {}).get("copies", 0)
+    return f"{executions / answered * 1000:.0f}" if answered > 0 else "-"
+
+
+def _served(row: dict, version: int) -> str:
+    inferences, executions = row["served"].get(str(version), [0, 0])
+    return f"{inferences} ({inferences / executions:.1f})" if executions else str(inferences)
+
+
 def gpu_text(gpu: dict | None) -> str:
     if not gpu:
         return (
@@ -418,6 +508,7 @@ def grpc_table(results: dict) -> str:
 PYTHON_HEADING = "Python models: isolated vs in-process"
 SEQUENCES_HEADING = "Sequence batcher: direct, oldest and no sequence batching"
 ENSEMBLE_HEADING = "Ensembles: digits_pipeline vs the client chaining its steps"
+TRAFFIC_HEADING = "Traffic policies: no policy, canary 90/10 and shadow on mlp_small"
 # the headings each `--sections` entry fills; a run of some sections rewrites only theirs (see write_outputs)
 SECTION_HEADINGS = {
     "direct": ("Direct ceiling: onnxruntime session.run in process",),
@@ -429,6 +520,7 @@ SECTION_HEADINGS = {
     "python": (PYTHON_HEADING,),
     "sequences": (SEQUENCES_HEADING,),
     "ensemble": (ENSEMBLE_HEADING,),
+    "traffic": (TRAFFIC_HEADING,),
 }
 
 
@@ -437,10 +529,7 @@ def section_renderers(results: dict) -> dict[str, Callable[[], str]]:
     renderers: dict[str, Callable[[], str]] = {
         "Machine": lambda: table(["", ""], [[k, _short(v)] for k, v in results["system"].items()]),
         "Method": lambda: method_text(results["settings"]),
-        "Targets": lambda: table(
-            ["target", "goal", "measured", "result"],
-            [[v.target, v.goal, _short(v.measured, 200), v.status] for v in all_verdicts(results)],
-        ),
+        "Targets": lambda: table(TARGET_HEADERS, [target_cells(v) for v in all_verdicts(results)]),
         "Direct ceiling: onnxruntime session.run in process": lambda: table(
             ["model", "batch", "inferences/s", "µs per call"],
             [
@@ -457,6 +546,7 @@ def section_renderers(results: dict) -> dict[str, Callable[[], str]]:
         PYTHON_HEADING: lambda: section_or_reason(results.get("python"), python_text),
         SEQUENCES_HEADING: lambda: section_or_reason(results.get("sequences"), sequences_text),
         ENSEMBLE_HEADING: lambda: section_or_reason(results.get("ensemble"), ensemble_text),
+        TRAFFIC_HEADING: lambda: section_or_reason(results.get("traffic"), traffic_text),
         "GPU path (bench/gpu.sh)": lambda: gpu_text(results.get("gpu")),
     }
     if CLOSING_NOTE.exists():
@@ -474,10 +564,42 @@ def render_markdown(results: dict) -> str:
     return "\n\n".join(parts) + "\n"
 
 
+TARGET_HEADERS = ["target", "goal", "measured", "result"]
+
+
+def target_cells(verdict: Verdict) -> list[str]:
+    """A verdict as a row of the Targets table."""
+    return [verdict.target, verdict.goal, _short(verdict.measured, 200), verdict.status]
+
+
+def with_target_rows(targets: str, verdicts: list[Verdict]) -> str:
+    """The Targets section's text with each verdict's row replaced, or added after the table's last row; a text
+    without the table stays as it is (the next whole run writes it)."""
+    lines = targets.split("\n")
+    rows = [i for i, line in enumerate(lines) if line.startswith("| ")]
+    if not rows or lines[rows[0]] != "| " + " | ".join(TARGET_HEADERS) + " |":
+        return targets
+    where = {lines[i][2:].split(" | ")[0]: i for i in rows[2:]}
+    added = []
+    for verdict in verdicts:
+        row = "| " + " | ".join(target_cells(verdict)) + " |"
+        if verdict.target in where:
+            lines[where[verdict.target]] = row
+        else:
+            added.append(row)
+    lines[rows[-1] + 1 : rows[-1] + 1] = added
+    return "\n".join(lines)
+
+
+def sections_of(markdown: str) -> tuple[str, dict[str, str]]:
+    """The text before the first `## ` heading, and each `## ` section (its heading included) by its heading."""
+    preamble, *blocks = re.split(r"^(?=## )", markdown, flags=re.MULTILINE)
+    return preamble, {block.splitlines()[0][3:].strip(): block.rstrip("\n") for block in blocks}
+
+
 def splice_sections(markdown: str, texts: dict[str, str], order: list[str]) -> str:
     """`markdown` with the `## ` sections named in `texts` replaced; one it lacks goes where `order` puts it."""
-    preamble, *blocks = re.split(r"^(?=## )", markdown, flags=re.MULTILINE)
-    sections = {block.splitlines()[0][3:].strip(): block.rstrip("\n") for block in blocks}
+    preamble, sections = sections_of(markdown)
     for heading, text in texts.items():
         block = f"## {heading}\n\n{text}"
         if heading in sections:
@@ -504,8 +626,8 @@ def write_outputs(
     """latest.json always; with the markdown, published.json too (what --render-only renders again).
 
     A run of `only` some sections keeps the rest of an existing report: it rewrites just those sections'
-    headings of the markdown (the title and the Targets table stay the last whole run's) and merges its figures
-    into an existing published.json.
+    headings of the markdown and the Targets rows they decide alone (`SECTION_VERDICTS`; the title and the other
+    rows stay the last whole run's) and merges its figures into an existing published.json.
     """
     results_folder.mkdir(parents=True, exist_ok=True)
     (results_folder / "latest.json").write_text(json.dumps(results, indent=1, default=str))
@@ -522,4 +644,9 @@ def write_outputs(
         published.write_text(json.dumps(merged, indent=1, default=str))
     renderers = section_renderers(results)
     chosen = {heading: renderers[heading]() for key in only for heading in SECTION_HEADINGS[key]}
-    markdown_path.write_text(splice_sections(markdown_path.read_text(), chosen, list(renderers)))
+    markdown = markdown_path.read_text()
+    verdicts = [v for key in only if key in SECTION_VERDICTS for v in SECTION_VERDICTS[key](results)]
+    targets = sections_of(markdown)[1].get("Targets")
+    if verdicts and targets is not None:
+        chosen["Targets"] = with_target_rows(targets.partition("\n")[2].strip("\n"), verdicts)
+    markdown_path.write_text(splice_sections(markdown, chosen, list(renderers)))

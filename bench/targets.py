@@ -9,6 +9,8 @@ CEILING_LABEL = "echo-uvicorn"
 MLSERVER_LABEL = "mlserver"
 PYTHON_GOAL = 0.7  # isolated python models: at least this share of in-process throughput at c=64
 ENSEMBLE_GOAL = 2.0  # digits_pipeline: at least this many times the client-chained images/s at c=64
+CANARY_GOAL = 0.95  # a 90/10 canary on mlp_small: at least this share of the throughput with no policy at c=64
+CANARY_SHARE, CANARY_SLACK = 0.10, 0.05  # the candidate's share of a canary's requests, and how far it may stray
 
 
 @dataclass
@@ -59,6 +61,14 @@ def _ratio_verdict(
     errors = f", {num[1]['errors']} errors" if num[1]["errors"] else ""
     text = f"{ratio:.2f}× ({num[1]['rps']:.0f} vs {den[1]['rps']:.0f} req/s{errors})"
     return Verdict(target, goal, text, status)
+
+
+def _reported_ratio(target: str, goal: str, num: tuple[str, dict | None], den: tuple[str, dict | None]) -> Verdict:
+    """A ratio with no goal to meet: INFO once measured without errors."""
+    verdict = _ratio_verdict(target, goal, 0.0, num, den)
+    if verdict.status == "PASS":
+        verdict.status = "INFO"
+    return verdict
 
 
 def http_verdicts(results: dict, label: str) -> list[Verdict]:
@@ -188,16 +198,14 @@ def grpc_verdicts(results: dict) -> list[Verdict]:
             ("mlserver-grpc", grpc_row(results, "mlserver-grpc", model, 64)),
         ),
     ]
-    ceiling = _ratio_verdict(
-        f"gRPC vs a bare grpc.aio echo, {model} c=64",
-        "reported: the share of grpc.aio's own ceiling",
-        0.0,
-        ours,
-        ("echo-grpc", grpc_row(results, "echo-grpc", model, 64)),
+    verdicts.append(
+        _reported_ratio(
+            f"gRPC vs a bare grpc.aio echo, {model} c=64",
+            "reported: the share of grpc.aio's own ceiling",
+            ours,
+            ("echo-grpc", grpc_row(results, "echo-grpc", model, 64)),
+        )
     )
-    if ceiling.status == "PASS":
-        ceiling.status = "INFO"
-    verdicts.append(ceiling)
     single = grpc_row(results, "infera-grpc", model, 1)
     if _measured(single):
         status = "PASS" if single["p50_ms"] <= 0.5 else "MISS"
@@ -263,11 +271,68 @@ def ensemble_verdicts(results: dict) -> list[Verdict]:
     return [ensemble_verdict(run)]
 
 
+def traffic_row(run: dict, policy: str) -> dict | None:
+    """The traffic section's row of one policy ('active', 'canary' or 'shadow'), or None."""
+    return next((row for row in run.get("rows", []) if row["policy"] == policy), None)
+
+
+CANARY_TARGET = "traffic: canary 90/10 vs no policy, mlp_small c=64"
+SHADOW_TARGET = "traffic: shadow 100% vs no policy, mlp_small c=64"
+CANARY_GOAL_TEXT = f"≥ {CANARY_GOAL:g}× (candidate {CANARY_SHARE:.0%} ± {CANARY_SLACK * 100:.0f} points)"
+SHADOW_GOAL_TEXT = "reported: the cost of the copies"
+
+
+def canary_verdict(run: dict) -> Verdict:
+    """A 90/10 canary keeps CANARY_GOAL of the throughput with no policy, and the candidate really gets its share."""
+    active, canary = traffic_row(run, "active"), traffic_row(run, "canary")
+    verdict = _ratio_verdict(CANARY_TARGET, CANARY_GOAL_TEXT, CANARY_GOAL, ("canary", canary), ("active", active))
+    if verdict.status != "N/A":
+        share = canary["candidate_share"]
+        verdict.measured += f"; the candidate took {share:.1%}"
+        if abs(share - CANARY_SHARE) > CANARY_SLACK:
+            verdict.status = "MISS"
+    return verdict
+
+
+def shadow_verdict(run: dict) -> Verdict:
+    """A 100% shadow's throughput over the one with no policy (no goal), with the copies it compared."""
+    active, shadow = traffic_row(run, "active"), traffic_row(run, "shadow")
+    verdict = _reported_ratio(SHADOW_TARGET, SHADOW_GOAL_TEXT, ("shadow", shadow), ("active", active))
+    if verdict.status != "N/A" and shadow["shadow"]:
+        counts, answered = shadow["shadow"], shadow["served"].get(str(run["active_version"]), [0])[0]
+        verdict.measured += (
+            f"; {counts['copies']} copies of {answered} requests, {counts['agree']} agreed, "
+            f"{counts['disagree']} disagreed, {counts['failures']} failed"
+        )
+    return verdict
+
+
+def traffic_verdicts(results: dict) -> list[Verdict]:
+    run = results.get("traffic")
+    if not run or "unavailable" in run:
+        reason = (run or {}).get("unavailable", "not run")[:160]
+        return [
+            Verdict(CANARY_TARGET, CANARY_GOAL_TEXT, reason, "N/A"),
+            Verdict(SHADOW_TARGET, SHADOW_GOAL_TEXT, reason, "N/A"),
+        ]
+    return [canary_verdict(run), shadow_verdict(run)]
+
+
+# the targets each `--sections` entry decides from its own figures: a run of some rewrites their rows (report.py)
+SECTION_VERDICTS = {
+    "engine": engine_verdicts,
+    "hotswap": hotswap_verdicts,
+    "dashboards": dashboards_verdicts,
+    "python": python_verdicts,
+    "ensemble": ensemble_verdicts,
+    "traffic": traffic_verdicts,
+}
+
+
 def all_verdicts(results: dict) -> list[Verdict]:
     """Every target of the bench, in the report's order."""
     verdicts = []
     for label in INFERA_LABELS:
         verdicts += http_verdicts(results, label)
     verdicts += grpc_verdicts(results)
-    verdicts += engine_verdicts(results) + hotswap_verdicts(results) + dashboards_verdicts(results)
-    return verdicts + python_verdicts(results) + ensemble_verdicts(results)
+    return verdicts + [v for section in SECTION_VERDICTS.values() for v in section(results)]

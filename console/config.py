@@ -42,6 +42,8 @@ class InferaSettings:
     max_unpacked_mb: int = 2048
     max_archive_members: int = 10_000
     reconcile_seconds: int = 10
+    token_check_seconds: int = 5
+    token_grace_seconds: int = 900
     log_level: str = "INFO"
     inference_auth: str = "auto"
     login_max_failures: int = 5
@@ -105,6 +107,10 @@ def read_settings(environ: Mapping[str, str] | None = None) -> InferaSettings:
         max_archive_members=env_int("INFERA_MAX_ARCHIVE_MEMBERS", 10_000, minimum=1, environ=env),
         # how soon a replica that missed a change message converges anyway
         reconcile_seconds=env_int("INFERA_RECONCILE_SECONDS", 10, minimum=1, maximum=3600, environ=env),
+        # how long a /v2 token's verdict is reused before the database is asked again (revocations reach it at once)
+        token_check_seconds=env_int("INFERA_TOKEN_CHECK_SECONDS", 5, minimum=0, maximum=3600, environ=env),
+        # how long a token checked before a database outage keeps working through it
+        token_grace_seconds=env_int("INFERA_TOKEN_GRACE_SECONDS", 900, minimum=0, maximum=86400, environ=env),
         log_level=env_choice("INFERA_LOG_LEVEL", "INFO", LOG_LEVELS, environ=env),
         inference_auth=env_choice("INFERA_INFERENCE_AUTH", "auto", INFERENCE_AUTH_CHOICES, environ=env),
         login_max_failures=env_int("INFERA_LOGIN_MAX_FAILURES", 5, minimum=1, environ=env),

@@ -12,6 +12,8 @@ from console.accounts.login_view import sign_in
 from console.registry.docs import ProtectedSchemaView
 from console.static_serving import serve_static
 
+handler500 = "console.failure_pages.server_error"  # a database outage is a 503 page, a full disk 507
+
 urlpatterns = [
     path("", views.home, name="home"),
     path("accounts/login/", sign_in, name="login"),

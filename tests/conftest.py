@@ -11,7 +11,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,6 +139,24 @@ def stop_process(process: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=10)
+
+
+def manage_command(var_dir: Path, env: dict[str, str]) -> Callable[..., str]:
+    """Run `manage.py <command>` from the shell against a server's var/ and settings; returns its last output line."""
+    shell_env = {**os.environ, **env, "INFERA_VAR_DIR": str(var_dir)}
+
+    def manage(*command: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "manage.py", *command],
+            cwd=REPO_ROOT,
+            env=shell_env,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        return done.stdout.strip().splitlines()[-1]
+
+    return manage
 
 
 @pytest.fixture(scope="session")

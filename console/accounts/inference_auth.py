@@ -8,6 +8,10 @@ non-loopback address and `none` on loopback. In every mode a presented key must 
 expired key is refused, never taken for an anonymous caller. Anonymous callers may change models only when
 INFERA_OPEN_REPOSITORY_CONTROL says so. Verified keys are cached for a few seconds in the runtime's TokenCache;
 revoking a token, or changing its user, drops its entry at once (console/accounts/revocations.py).
+
+When the database cannot be reached, inference goes on: a key verified within INFERA_TOKEN_GRACE_SECONDS (15
+minutes by default) is still honoured, unless it was revoked meanwhile or its expiry passes; a key not seen that
+recently gets 503 (it cannot be checked), never a 401 (it may well be valid).
 """
 
 from __future__ import annotations
@@ -18,13 +22,17 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from channels.db import database_sync_to_async
+from django.utils import timezone
 
 from console.accounts.principals import anonymous_principal, principal_for
 from console.accounts.tokens import TokenRefused, find_token, hash_key, key_from_authorization
+from console.outages import Outage, is_database_outage
 from engine.admission import Principal
+from engine.errors import Unavailable
 from engine.frontend.http import Unauthorized
 
 logger = logging.getLogger("console.accounts.inference_auth")
@@ -32,6 +40,7 @@ logger = logging.getLogger("console.accounts.inference_auth")
 MODES = ("token", "none", "auto")
 CACHE_SECONDS = 5.0
 CACHE_ENTRIES = 4096
+GRACE_SECONDS = 900  # INFERA_TOKEN_GRACE_SECONDS: how old a verdict may be that a database outage still honours
 
 V2Authenticator = Callable[[Mapping[str, Any]], Awaitable[Principal]]
 
@@ -65,30 +74,53 @@ class Verdict:
 
     principal: Principal | None
     refusal: str | None = None
+    expires: datetime | None = None  # the token's own expiry: a verdict kept through an outage ends there
 
 
 class TokenCache:
-    """Verdicts on presented keys (by their hash), kept `ttl` seconds; `forget_token`/`forget_user` drop them early."""
+    """Verdicts on presented keys (by their hash), fresh for `ttl` seconds and kept `grace` seconds for outages.
+
+    `get` answers with fresh verdicts only; `get_during_outage` also with older ones, up to `grace` seconds, while
+    the database cannot be asked. `forget_token`/`forget_user` drop verdicts of either age at once.
+    """
 
     def __init__(
-        self, ttl: float = CACHE_SECONDS, size: int = CACHE_ENTRIES, clock: Callable[[], float] = time.monotonic
+        self,
+        ttl: float = CACHE_SECONDS,
+        size: int = CACHE_ENTRIES,
+        clock: Callable[[], float] = time.monotonic,
+        grace: float = GRACE_SECONDS,
     ):
         self.ttl = ttl
         self.size = size
         self.clock = clock
-        self._entries: OrderedDict[str, tuple[float, Verdict]] = OrderedDict()
+        self.grace = max(grace, ttl)
+        self.database = Outage("the database (API token checks)")
+        self._entries: OrderedDict[str, tuple[float, Verdict]] = OrderedDict()  # digest -> (checked at, verdict)
 
     def get(self, digest: str) -> Verdict | None:
-        """The cached verdict on one key, or None when there is none (or it has expired)."""
+        """The fresh verdict on one key, or None when there is none (or it is older than `ttl`)."""
+        return self._younger_than(digest, self.ttl)
+
+    def get_during_outage(self, digest: str) -> Verdict | None:
+        """A verdict up to `grace` seconds old while the database is down; None when none, or its token expired."""
+        verdict = self._younger_than(digest, self.grace)
+        if verdict is not None and verdict.expires is not None and verdict.expires <= timezone.now():
+            return None
+        return verdict
+
+    def _younger_than(self, digest: str, age: float) -> Verdict | None:
         entry = self._entries.get(digest)
-        if entry is None or entry[0] <= self.clock():
+        if entry is None:
+            return None
+        if entry[0] + self.grace <= self.clock():
             self._entries.pop(digest, None)
             return None
-        return entry[1]
+        return entry[1] if entry[0] + age > self.clock() else None
 
     def put(self, digest: str, verdict: Verdict) -> None:
         """Remember the verdict on one key, dropping the oldest entry when full."""
-        self._entries[digest] = (self.clock() + self.ttl, verdict)
+        self._entries[digest] = (self.clock(), verdict)
         self._entries.move_to_end(digest)
         while len(self._entries) > self.size:
             self._entries.popitem(last=False)
@@ -120,7 +152,7 @@ def _verdict_on(key: str) -> Verdict:
     principal = principal_for(token.user, token)
     if not principal.role:
         return Verdict(None, f"API token '{token.name}' belongs to a user with no role")
-    return Verdict(principal)
+    return Verdict(principal, expires=token.expires)
 
 
 _verdict_on_async = database_sync_to_async(_verdict_on)
@@ -146,13 +178,30 @@ async def principal_from_scope(scope: Mapping[str, Any], cache: TokenCache) -> P
     if key is None:
         raise Unauthorized("the Authorization header must be 'Bearer <key>' or 'Token <key>'")
     digest = hash_key(key)
-    verdict = cache.get(digest)
-    if verdict is None:
-        verdict = await _verdict_on_async(key)
-        cache.put(digest, verdict)
+    verdict = cache.get(digest) or await _checked_verdict(key, digest, cache)
     if verdict.principal is None:
         raise Unauthorized(verdict.refusal or "invalid API token")
     return verdict.principal
+
+
+async def _checked_verdict(key: str, digest: str, cache: TokenCache) -> Verdict:
+    """The database's verdict on `key`, cached; during a database outage a recent verdict, or 503."""
+    try:
+        verdict = await _verdict_on_async(key)
+    except Exception as exc:
+        if not is_database_outage(exc):
+            raise
+        cache.database.failed(exc)
+        kept = cache.get_during_outage(digest)
+        if kept is None:
+            raise Unavailable(
+                "cannot check the API token: the database is unavailable (tokens used in the last "
+                f"{cache.grace / 60:.0f} minutes keep working); retry shortly"
+            ) from None
+        return kept
+    cache.database.recovered()
+    cache.put(digest, verdict)
+    return verdict
 
 
 async def verify_scope(scope: Mapping[str, Any], cache: TokenCache) -> Principal:

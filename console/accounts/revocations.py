@@ -21,10 +21,12 @@ from django.db.models.signals import m2m_changed, post_delete, post_save
 from django.dispatch import receiver
 
 from console.accounts.models import ApiToken
+from console.outages import Outage
 
 logger = logging.getLogger("console.accounts.revocations")
 
 GROUP = "accounts.credentials"
+RETRY_SECONDS = 1.0  # between attempts to rejoin the group while the channel layer is down
 CHANGED = "credentials.changed"
 
 
@@ -73,6 +75,7 @@ class RevocationListener:
     def __init__(self, cache: Any) -> None:
         self.cache = cache
         self.seen = 0
+        self.layer_outage = Outage("the channel layer (credential changes)")
         self._handled = asyncio.Condition()
         self._task: asyncio.Task[None] | None = None
 
@@ -82,8 +85,10 @@ class RevocationListener:
         if layer is None or self._task is not None:
             return
         channel = await layer.new_channel("accounts.credentials.")
-        await layer.group_add(GROUP, channel)
-        self._task = asyncio.get_running_loop().create_task(self._listen(layer, channel), name="credential-listener")
+        joined = await self._join(layer, channel)
+        self._task = asyncio.get_running_loop().create_task(
+            self._listen(layer, channel, joined), name="credential-listener"
+        )
 
     async def stop(self) -> None:
         task, self._task = self._task, None
@@ -97,17 +102,30 @@ class RevocationListener:
         async with self._handled:
             await self._handled.wait_for(lambda: self.seen >= count)
 
-    async def _listen(self, layer: Any, channel: str) -> None:
+    async def _join(self, layer: Any, channel: str) -> bool:
+        """Join the group; False (logged once per outage) while the channel layer is unreachable."""
+        try:
+            await layer.group_add(GROUP, channel)
+        except Exception as exc:  # Redis down: start anyway, the cache's short expiry is the backstop
+            self.layer_outage.failed(exc)
+            return False
+        self.layer_outage.recovered()
+        return True
+
+    async def _listen(self, layer: Any, channel: str, joined: bool) -> None:
         try:
             while True:
+                if not joined:
+                    await asyncio.sleep(RETRY_SECONDS)
+                    joined = await self._join(layer, channel)
+                    continue
                 try:
                     message = await layer.receive(channel)
                 except asyncio.CancelledError:
                     raise
-                except Exception:
-                    logger.warning("the credential listener lost its channel layer; the cache expiry applies")
-                    await asyncio.sleep(1.0)
-                    await layer.group_add(GROUP, channel)
+                except Exception as exc:
+                    self.layer_outage.failed(exc)
+                    joined = False
                     continue
                 if message.get("type") != CHANGED:
                     continue

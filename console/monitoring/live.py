@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 
+from console.outages import Outage
 from engine.monitoring.sampler import Snapshot
 
 GROUP = "metrics"
@@ -43,8 +44,14 @@ class GroupPublisher:
     def __init__(self, layer: Any = None) -> None:
         self.layer = layer if layer is not None else get_channel_layer()
         self.group = group_name()
+        self.outage = Outage("the channel layer (live metrics)")
 
     async def __call__(self, snapshot: Snapshot) -> None:
         if self.layer is None:
             return
-        await self.layer.group_send(self.group, {"type": MESSAGE_TYPE, "text": snapshot_message(snapshot)})
+        try:
+            await self.layer.group_send(self.group, {"type": MESSAGE_TYPE, "text": snapshot_message(snapshot)})
+        except Exception as exc:  # Redis down: dashboards show "reconnecting" and catch up from the backlog later
+            self.outage.failed(exc)
+            return
+        self.outage.recovered()

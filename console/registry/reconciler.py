@@ -3,7 +3,8 @@ put each model's traffic policy in force once its versions are there.
 
 It runs in the serving process: once at start-up (a restart recovers every active model and its traffic policy),
 whenever a "registry.changed" message arrives on the channel layer, and every INFERA_RECONCILE_SECONDS (a lost
-message heals). A version that fails to load is marked FAILED with the engine's reason and left out, and the
+message heals; while the database is down it backs off, doubling the wait up to 8 periods, and logs the outage
+once). A version that fails to load is marked FAILED with the engine's reason and left out, and the
 versions that serve keep serving: the engine swaps only after a load succeeds. When the engine's guard rolls a
 policy back, the reconciler records it (audit event, desired state back to the active version) and does not put
 the rolled-back policy in force again meanwhile.
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 
+from console.outages import Outage, is_database_outage
 from console.registry.desired import ModelPlan, mark_loading, read_plans, record_outcome
 from console.registry.services import CHANGED, GROUP, record_automatic_rollback
 from engine.config_format import parse_config_json
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("console.registry.reconciler")
 
 DEFAULT_PERIOD_SECONDS = 10.0
+MAX_BACKOFF_PERIODS = 8  # the longest wait between passes while the database is down, in periods
 
 
 class Reconciler:
@@ -52,6 +55,7 @@ class Reconciler:
         self._recorded: dict[str, dict] = {}  # those of them the database has recorded since the last pass began
         self._traffic_refusals: dict[str, str] = {}  # model -> why the engine refused its policy (logged once)
         self._recording: set[asyncio.Task[None]] = set()
+        self.database = Outage("the database (registry reconciler)")
 
     async def reconcile_once(self) -> None:
         """One full pass over every registered model, plus unloading models that were deleted."""
@@ -222,12 +226,8 @@ class Reconciler:
                 self.wake.clear()
                 if channel:
                     await self._join(layer, channel)
-                try:
-                    await self.reconcile_once()
-                except Exception:  # a database or engine hiccup must not end the loop
-                    logger.exception("reconciliation failed; the next pass retries")
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.wake.wait(), self.period)
+                    await asyncio.wait_for(self.wake.wait(), await self._pass())
         finally:
             if listener is not None:
                 listener.cancel()
@@ -236,6 +236,23 @@ class Reconciler:
             if channel:
                 with contextlib.suppress(Exception):
                     await layer.group_discard(GROUP, channel)
+
+    async def _pass(self) -> float:
+        """One pass; the seconds to wait before the next unless woken (longer and longer while the database is down)."""
+        try:
+            await self.reconcile_once()
+        except Exception as exc:  # a database or engine hiccup must not end the loop
+            if not is_database_outage(exc):
+                logger.exception("reconciliation failed; the next pass retries")
+                return self.period
+            self.database.failed(exc)
+            return self.backoff(self.database.failures)
+        self.database.recovered()
+        return self.period
+
+    def backoff(self, failures: int) -> float:
+        """The wait after `failures` passes in a row found the database down: 1, 2, 4 ... up to 8 periods."""
+        return self.period * min(2 ** max(failures - 1, 0), MAX_BACKOFF_PERIODS)
 
     async def _join(self, layer, channel: str) -> None:
         # renewed every pass: Redis expires group membership

@@ -8,9 +8,10 @@ it runs code, a trial load) is the engine's decision (engine.admission); `actor`
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -23,6 +24,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 
 from console.accounts.principals import principal_for
+from console.outages import is_storage_full
 from console.registry import pipeline, uploads
 from console.registry.models import (
     AuditEvent,
@@ -227,6 +229,19 @@ def upload_versions(
     Nothing is recorded when the request itself is refused or any of its versions runs code its caller may not
     load; a version that fails its trial load stops the upload there (those added before it stay).
     """
+    with _room_in_store():
+        return _upload_versions(actor, model, file, config=config, notes=notes, activate=activate)
+
+
+def _upload_versions(
+    actor: Any,
+    model: RegisteredModel,
+    file: UploadedFile | None,
+    *,
+    config: ModelConfig | None,
+    notes: str,
+    activate: bool,
+) -> Uploaded:
     base_config = _model_config(model)
     store = get_store()
     try:
@@ -316,10 +331,12 @@ def _new_active_version(
     actor: Any, model: RegisteredModel, fill: Callable[[Path], None], override: dict | None, notes: str
 ) -> ModelVersion:
     """A version folder made in staging by `fill`, with the model's config and `override`, admitted and activated."""
-    root = get_store().new_staging()
+    with _room_in_store():
+        root = get_store().new_staging()
     try:
         version_dir = root / uploads.STAGED_VERSION
-        fill(version_dir)
+        with _room_in_store():
+            fill(version_dir)
         staged = uploads.staged_folder(root, version_dir)
         base_config = _model_config(model)
         staged.config = _merged(model.name, base_config, override)
@@ -410,29 +427,46 @@ def _store_version(
 ) -> ModelVersion:
     store = get_store()
     path = store.commit_version(staged.version_dir, model.name, version.number)
-    with transaction.atomic():
-        model = RegisteredModel.objects.select_for_update().get(pk=model.pk)
-        version.artifact = store.relative(path)
-        version.config = config_to_dict(effective)
-        version.should_load = True
-        version.save(update_fields=["artifact", "config", "should_load", "state_changed_at"])
-        first = model.active_version_id is None
-        previous = model.active_number
-        model.backend = model.backend or effective.backend
-        model.platform = model.platform or effective.platform
-        if first or activate:
-            model.active_version = version
-            store.write_config(model.name, effective)
-        model.save(update_fields=["backend", "platform", "active_version"])
-        detail: dict[str, Any] = {"sha256": version.sha256, "size": version.size, "notes": version.notes}
-        if staged.notes:
-            detail["warnings"] = staged.notes
-        AuditEvent.record(actor, "version.upload", version.label, **detail)
-        if first or activate:
-            AuditEvent.record(actor, "version.activate", version.label, previous=previous)
-        notify_changed(model.name)
+    try:
+        with transaction.atomic():
+            model = RegisteredModel.objects.select_for_update().get(pk=model.pk)
+            version.artifact = store.relative(path)
+            version.config = config_to_dict(effective)
+            version.should_load = True
+            version.save(update_fields=["artifact", "config", "should_load", "state_changed_at"])
+            first = model.active_version_id is None
+            previous = model.active_number
+            model.backend = model.backend or effective.backend
+            model.platform = model.platform or effective.platform
+            if first or activate:
+                model.active_version = version
+                store.write_config(model.name, effective)
+            model.save(update_fields=["backend", "platform", "active_version"])
+            detail: dict[str, Any] = {"sha256": version.sha256, "size": version.size, "notes": version.notes}
+            if staged.notes:
+                detail["warnings"] = staged.notes
+            AuditEvent.record(actor, "version.upload", version.label, **detail)
+            if first or activate:
+                AuditEvent.record(actor, "version.activate", version.label, previous=previous)
+            notify_changed(model.name)
+    except OSError as exc:
+        if is_storage_full(exc):  # the config could not be written: nothing of this version may remain
+            store.delete_version(model.name, version.number)
+            version.delete()
+        raise
     version.model = model
     return version
+
+
+@contextlib.contextmanager
+def _room_in_store() -> Iterator[None]:
+    """A write into the model store that finds no room left is the uploader's 507 saying so, not a 500."""
+    try:
+        yield
+    except OSError as exc:
+        if not is_storage_full(exc):
+            raise
+        raise RegistryError(get_store().no_room(exc), 507) from None
 
 
 def activate(actor: Any, version: ModelVersion) -> ModelVersion:

@@ -110,10 +110,22 @@ class ModelStore:
         model_dir = self.model_dir(name)
         model_dir.mkdir(parents=True, exist_ok=True)
         fd, temporary = tempfile.mkstemp(dir=model_dir, prefix=".config-", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(config_to_pbtxt(config))
-        os.replace(temporary, model_dir / "config.pbtxt")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(config_to_pbtxt(config))
+            os.replace(temporary, model_dir / "config.pbtxt")
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)  # a full disk leaves no half-written config behind
+            raise
         (model_dir / "config.json").unlink(missing_ok=True)
+
+    def no_room(self, exc: OSError) -> str:
+        """What a write that found no room left (ENOSPC, a quota, a size limit) tells the uploader."""
+        usage = shutil.disk_usage(self.root)
+        return (
+            f"the model store has no room left ({exc.strerror}): {usage.free / 2**20:.1f} MB free of "
+            f"{usage.total / 2**20:.0f} MB (INFERA_MODEL_STORE); nothing was stored, free space and retry"
+        )
 
     def delete_version(self, name: str, number: int) -> None:
         self._discard(self.version_dir(name, number))

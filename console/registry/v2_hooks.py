@@ -15,12 +15,19 @@ from typing import TYPE_CHECKING, Any
 
 from channels.db import database_sync_to_async
 
+from console.outages import database_needed
 from console.registry import services
 from engine.admission import Principal
-from engine.errors import Forbidden, InvalidArgument, LoadError
+from engine.errors import Forbidden, InferaError, InvalidArgument, LoadError
 
 if TYPE_CHECKING:
     from console.registry.reconciler import Reconciler
+
+
+class StoreFull(InferaError):
+    """The model store has no room for the files a load sent (HTTP 507 Insufficient Storage)."""
+
+    status = 507
 
 
 class RegistryRepositoryControl:
@@ -38,27 +45,29 @@ class RegistryRepositoryControl:
         caller: Principal,
     ) -> bool:
         """Serve the model's active version, or a new version made of the sent files or config; LoadError on failure."""
-        if files or config:
-            handled = await database_sync_to_async(_new_version)(caller, name, files, config)
-            if not handled:
-                return False
-        else:
-            wanted = await database_sync_to_async(services.v2_load)(caller, name)
-            if wanted is None:
-                return False
-        await self.reconciler.reconcile_model(name)
-        numbers = await database_sync_to_async(_wanted_numbers)(name)
-        failure = await database_sync_to_async(services.failures_of)(name, numbers)
-        if failure:
-            raise LoadError(failure, model=name)
-        return True
+        with database_needed(f"load model '{name}'"):
+            if files or config:
+                handled = await database_sync_to_async(_new_version)(caller, name, files, config)
+                if not handled:
+                    return False
+            else:
+                wanted = await database_sync_to_async(services.v2_load)(caller, name)
+                if wanted is None:
+                    return False
+            await self.reconciler.reconcile_model(name)
+            numbers = await database_sync_to_async(_wanted_numbers)(name)
+            failure = await database_sync_to_async(services.failures_of)(name, numbers)
+            if failure:
+                raise LoadError(failure, model=name)
+            return True
 
     async def unload(self, name: str, *, caller: Principal) -> bool:
         """Mark every version of the model not to load, and unload it."""
-        if not await database_sync_to_async(services.v2_unload)(caller, name):
-            return False
-        await self.reconciler.reconcile_model(name)
-        return True
+        with database_needed(f"unload model '{name}'"):
+            if not await database_sync_to_async(services.v2_unload)(caller, name):
+                return False
+            await self.reconciler.reconcile_model(name)
+            return True
 
 
 def _new_version(
@@ -77,6 +86,8 @@ def _new_version(
     except services.RegistryError as exc:
         if exc.status == 403:
             raise Forbidden(exc.message) from None
+        if exc.status == 507:
+            raise StoreFull(f"failed to load '{name}': {exc.message}") from None
         version = exc.extra.get("version")
         if version is not None:
             raise LoadError(exc.message, model=name) from None

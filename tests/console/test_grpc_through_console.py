@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import threading
 import urllib.request
 import uuid
@@ -14,7 +11,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import REPO_ROOT, ServerProcess, serve_process
+from tests.conftest import ServerProcess, manage_command, serve_process
 from tests.engine.model_factory import make_simple_onnx
 
 pytestmark = pytest.mark.server
@@ -29,18 +26,7 @@ def token_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
     make_simple_onnx(var_dir / "models", name="simple")
     env = {"INFERA_INFERENCE_AUTH": "token", "INFERA_DISABLE_NVML": "1"}
     with serve_process(var_dir, "--no-seed", "--server", request.param, env=env) as server:
-        shell_env = {**os.environ, **env, "INFERA_VAR_DIR": str(var_dir)}
-
-        def manage(*command: str) -> str:
-            done = subprocess.run(
-                [sys.executable, "manage.py", *command],
-                cwd=REPO_ROOT,
-                env=shell_env,
-                check=True,
-                capture_output=True,
-                text=True,
-            )
-            return done.stdout.strip().splitlines()[-1]
+        manage = manage_command(var_dir, env)
 
         manage("import_repository", str(var_dir / "models"))
         manage("create_user", "client", "--role", "inference")

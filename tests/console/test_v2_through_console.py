@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 import urllib.request
 
@@ -14,7 +11,7 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import REPO_ROOT, ServerProcess, serve_process
+from tests.conftest import ServerProcess, manage_command, serve_process
 
 pytestmark = pytest.mark.server
 
@@ -25,19 +22,7 @@ def token_server(tmp_path_factory: pytest.TempPathFactory):
     var_dir = tmp_path_factory.mktemp("v2-console") / "var"
     env = {"INFERA_INFERENCE_AUTH": "token", "INFERA_DISABLE_NVML": "1"}
     with serve_process(var_dir, "--no-seed", env=env) as server:
-        shell_env = {**os.environ, **env, "INFERA_VAR_DIR": str(var_dir)}
-
-        def manage(*command: str) -> str:
-            """Run a management command against the server's var/; its last output line."""
-            done = subprocess.run(
-                [sys.executable, "manage.py", *command],
-                cwd=REPO_ROOT,
-                env=shell_env,
-                check=True,
-                capture_output=True,
-                text=True,
-            )
-            return done.stdout.strip().splitlines()[-1]
+        manage = manage_command(var_dir, env)
 
         manage("seed_demo")
         manage("create_user", "client", "--role", "inference")

@@ -379,8 +379,10 @@ def traffic_text(run: dict) -> str:
     for row in run["rows"]:
         rates = [r["rps"] for r in row["runs"]] or [0.0]
         ratio = f"{row['rps'] / baseline['rps']:.2f}" if baseline and baseline["rps"] else "-"
+        cpu = row.get("cpu_us_per_answer")
         figures.append(
-            [row["policy"], *_figures(row)[:3], f"{min(rates):.0f}–{max(rates):.0f}", ratio, str(row["errors"])]
+            [row["policy"], *_figures(row)[:3], f"{min(rates):.0f}–{max(rates):.0f}", ratio]
+            + [f"{cpu:.0f}" if cpu else "-", str(row["errors"])]
         )
         shadow = row["shadow"] or {}
         served.append(
@@ -417,8 +419,12 @@ def traffic_text(run: dict) -> str:
         "warm-up of each. What each version served is the server's own statistics (`/v2/models/mlp_small/stats`: "
         "inferences, and their mean batch, summed over the measured runs); the shadow's counters are the engine's "
         "comparison, read back from `GET /api/models/mlp_small/traffic` once the last copies of each run had been "
-        "compared (a copy agrees when its outputs match the answer's within 1e-5).\n\n"
-        + table(["policy", "req/s", "p50 ms", "p99 ms", "runs' req/s", "/ active", "errors"], figures)
+        "compared (a copy agrees when its outputs match the answer's within 1e-5). The server's CPU is its process's "
+        "user and system time over the measured runs (and the shadow's catch-up) per request answered.\n\n"
+        + table(
+            ["policy", "req/s", "p50 ms", "p99 ms", "runs' req/s", "/ active", "server CPU µs per answer", "errors"],
+            figures,
+        )
         + "\n\n"
         + table(
             [
@@ -436,11 +442,12 @@ def traffic_text(run: dict) -> str:
         )
         + "\n\n"
         + table(["policy", "/ active req/s", "p50 added ms", "goal", "result"], goals)
-        + f"\n\nA canary's candidate gets a tenth of the requests, so it forms its own, smaller batches: with one "
-        "instance per version the server runs more executions for the same answers (the executions column), each "
-        "with its fixed cost. A shadow runs every request twice, the copies batched on the candidate. On this "
-        f"{run['cores']}-core machine the server and wrk share the cores, so that extra work comes straight out of "
-        "the answers' throughput; other work on the machine moves a whole run by 10% or more."
+        + "\n\nA canary's candidate gets a tenth of the requests, so it forms its own, smaller batches on its own "
+        "instance: the server runs more executions for the same answers (the executions column), each with its fixed "
+        "cost and its hand-offs between the event loop and a worker thread. A shadow runs every request twice, the "
+        f"copies batched on the candidate. On this {run['cores']}-core machine the server and wrk share the cores, so "
+        "that extra work comes straight out of the answers' throughput; other work on the machine moves a whole run "
+        "by 10% or more, the server's CPU per answer much less."
     )
 
 

@@ -50,6 +50,16 @@ def wrk_version() -> str:
     return first[0].split()[1] if first and len(first[0].split()) > 1 else "-"
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """The user and system CPU time a process (all its threads) has used so far, from /proc; 0.0 where unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def load_average() -> str:
     """The 1, 5 and 15 minute load averages: other work on a shared machine shows here."""
     try:

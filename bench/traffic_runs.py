@@ -5,8 +5,9 @@ the reconciler puts it in force in the engine, and a GET on the same URL shows t
 shadow compared. The bench does the same, so the section runs only when it launches the console. Version 1 is the
 active one and version 2 the candidate (the same weights: bench/models.py), both loaded before anything is measured.
 Each run reads the per-version statistics before and after, so the report shows the canary's split and that the
-shadow copied every request; the policies' runs rotate (ABC, BCA, CAB) after a warm-up of each, so drift in the
-shared machine's load falls on all three alike.
+shadow copied every request, and the server process's CPU time, which the machine's other load moves less than
+req/s; the policies' runs rotate (ABC, BCA, CAB) after a warm-up of each, so drift in the shared machine's load
+falls on all three alike.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from bench.http_runs import checked_load
 from bench.infera import ConsoleHome, infera_spec, resolve_mode
 from bench.models import MLP_SMALL
 from bench.servers import NotAvailable, ServerProcess, free_port
-from bench.system import usable_cores
+from bench.system import process_cpu_seconds, usable_cores
 from bench.wrk import WrkRun, WrkScripts, median_run, run_wrk
 
 ACTIVE_VERSION, CANDIDATE = 1, 2
@@ -100,19 +101,29 @@ class PolicyRun:
     wrk: WrkRun
     served: dict[int, list[int]]  # version -> [inferences, executions]
     shadow: dict[str, int] = field(default_factory=dict)
+    cpu_s: float = 0.0  # the server process's CPU time over the run (and the shadow's catch-up)
 
 
-def run_policy(base_url: str, console: TrafficConsole, url: str, script: Path, mode: str, seconds: float) -> PolicyRun:
+@dataclass(frozen=True)
+class Server:
+    """The server under test: where it answers, and its process (whose CPU time each run reads)."""
+
+    base_url: str
+    pid: int
+
+
+def run_policy(server: Server, console: TrafficConsole, url: str, script: Path, mode: str, seconds: float) -> PolicyRun:
     """One run under the policy in force; under a shadow, the counters are read once its copies have caught up."""
-    shadow_before, before = shadow_counts(console.status()), version_counts(base_url)
+    shadow_before, before = shadow_counts(console.status()), version_counts(server.base_url)
+    cpu_before = process_cpu_seconds(server.pid)
     run = run_wrk(url, script, CONCURRENCY, seconds)
     deadline = time.monotonic() + SETTLE_S
     while True:
         # the comparison first: a copy is compared after the candidate counted it, so the counts read next cover it
         shadow = increase(shadow_before, shadow_counts(console.status())) if mode == "shadow" else {}
-        served = increase(before, version_counts(base_url))
+        served = increase(before, version_counts(server.base_url))
         if not shadow or caught_up(shadow, served) or time.monotonic() > deadline:
-            return PolicyRun(run, served, shadow)
+            return PolicyRun(run, served, shadow, process_cpu_seconds(server.pid) - cpu_before)
         time.sleep(0.05)
 
 
@@ -132,19 +143,21 @@ def median_policy_run(mode: str, runs: list[PolicyRun]) -> dict:
     shadow: dict[str, int] = {}
     for run in runs:
         shadow = {key: shadow.get(key, 0) + value for key, value in run.shadow.items()}
+    answered = total - shadow.get("copies", 0)
     return median_run([r.wrk for r in runs]) | {
         "policy": mode,
         "served": {str(version): counts for version, counts in sorted(served.items())},
         "candidate_share": served.get(CANDIDATE, [0, 0])[0] / total if total else 0.0,
         "shadow": shadow or None,
+        "cpu_us_per_answer": sum(r.cpu_s for r in runs) / answered * 1e6 if answered > 0 else None,
     }
 
 
 def measure_traffic(
-    base_url: str, console: TrafficConsole, repository: Path, scripts: WrkScripts, seconds: float, runs: int
+    server: Server, console: TrafficConsole, repository: Path, scripts: WrkScripts, seconds: float, runs: int
 ) -> list[dict]:
     """A row per policy, the median of `runs` runs rotating among the policies; the active policy again after."""
-    url, script = checked_load(base_url, MLP_SMALL.name, repository, scripts)
+    url, script = checked_load(server.base_url, MLP_SMALL.name, repository, scripts)
     modes = list(POLICIES)
     measured: dict[str, list[PolicyRun]] = {mode: [] for mode in modes}
     try:
@@ -155,7 +168,7 @@ def measure_traffic(
             shift = i % len(modes)
             for mode in modes[shift:] + modes[:shift]:
                 console.apply(POLICIES[mode])
-                measured[mode].append(run_policy(base_url, console, url, script, mode, seconds))
+                measured[mode].append(run_policy(server, console, url, script, mode, seconds))
     finally:
         console.apply(POLICIES["active"])
     rows = []
@@ -163,7 +176,8 @@ def measure_traffic(
         row = median_policy_run(mode, mode_runs)
         rows.append(row)
         shadow = row["shadow"]
-        extra = f"version {CANDIDATE} ran {row['candidate_share'] * 100:.1f}% of inferences"
+        extra = f"server CPU {row['cpu_us_per_answer'] or 0:.0f} µs/answer, "
+        extra += f"version {CANDIDATE} ran {row['candidate_share'] * 100:.1f}% of inferences"
         if shadow:
             extra += f", copies {shadow['copies']} ({shadow['agree']} agree, {shadow['disagree']} disagree)"
         print(
@@ -190,10 +204,11 @@ def traffic_section(
         raise NotAvailable("traffic policies are set through the console's API, and this run launches the engine alone")
     spec = infera_spec("uvicorn", free_port(), repository, workdir / "traffic", mode)
     spec.ready_models, spec.name = [MLP_SMALL.name], "infera-traffic"
-    with ServerProcess(spec, log_folder):
+    with ServerProcess(spec, log_folder) as process:
         token = ConsoleHome(workdir / "traffic").api_token()
         console_switcher(spec.base_url, token)(ACTIVE_VERSION)  # both versions READY, version 1 active
-        rows = measure_traffic(spec.base_url, TrafficConsole(spec.base_url, token), repository, scripts, seconds, runs)
+        server = Server(spec.base_url, process.process.pid)
+        rows = measure_traffic(server, TrafficConsole(spec.base_url, token), repository, scripts, seconds, runs)
     return {
         "rows": rows,
         "policies": POLICIES,

@@ -4,6 +4,7 @@ verdicts, and a partial run rewriting its section and its Targets rows."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -17,6 +18,7 @@ from bench.targets import CANARY_TARGET, SHADOW_TARGET, Verdict, canary_verdict,
 from bench.traffic_runs import (
     POLICIES,
     PolicyRun,
+    Server,
     TrafficConsole,
     caught_up,
     increase,
@@ -149,7 +151,7 @@ def test_a_shadow_run_is_read_once_every_answer_has_its_copy_compared(console, m
         return _wrk(200)
 
     monkeypatch.setattr(traffic_runs, "run_wrk", wrk)
-    run = run_policy(url, TrafficConsole(url, TOKEN), url, None, "shadow", 1.0)
+    run = run_policy(Server(url, os.getpid()), TrafficConsole(url, TOKEN), url, None, "shadow", 1.0)
     assert run.served[1] == [200, 20] and run.served[2][0] == 200
     assert run.shadow == {"copies": 200, "agree": 200, "disagree": 0, "failures": 0}
     assert fake.pending == 0
@@ -163,8 +165,9 @@ def test_an_unshadowed_run_reads_the_counts_once(console, monkeypatch):
         return _wrk(50)
 
     monkeypatch.setattr(traffic_runs, "run_wrk", wrk)
-    run = run_policy(url, TrafficConsole(url, TOKEN), url, None, "active", 1.0)
+    run = run_policy(Server(url, os.getpid()), TrafficConsole(url, TOKEN), url, None, "active", 1.0)
     assert (run.served, run.shadow) == ({1: [50, 5], 2: [0, 0]}, {})
+    assert run.cpu_s >= 0.0  # this process stands in for the server
 
 
 def test_it_counts_copies_once_per_request_whatever_the_outputs():
@@ -192,16 +195,22 @@ def test_the_shadow_has_caught_up_only_when_every_answer_was_copied_and_counted(
 
 def test_it_sums_what_each_version_served_and_the_shadow_saw_over_the_runs():
     runs = [
-        PolicyRun(_wrk(900), {1: [900, 30], 2: [100, 20]}),
-        PolicyRun(_wrk(1000), {1: [910, 31], 2: [90, 19]}),
-        PolicyRun(_wrk(800), {1: [890, 29], 2: [110, 21]}),
+        PolicyRun(_wrk(900), {1: [900, 30], 2: [100, 20]}, cpu_s=0.1),
+        PolicyRun(_wrk(1000), {1: [910, 31], 2: [90, 19]}, cpu_s=0.1),
+        PolicyRun(_wrk(800), {1: [890, 29], 2: [110, 21]}, cpu_s=0.1),
     ]
     row = median_policy_run("canary", runs)
     assert row["rps"] == 900 and row["policy"] == "canary"
     assert row["served"] == {"1": [2700, 90], "2": [300, 60]}
     assert row["candidate_share"] == pytest.approx(0.1) and row["shadow"] is None
-    shadowed = [PolicyRun(_wrk(500), {1: [500, 9], 2: [500, 8]}, {"copies": 500, "agree": 500})] * 2
-    assert median_policy_run("shadow", shadowed)["shadow"] == {"copies": 1000, "agree": 1000}
+    assert row["cpu_us_per_answer"] == pytest.approx(100.0)
+
+
+def test_a_shadows_copies_are_summed_and_its_cpu_is_per_answer_not_per_copy():
+    shadowed = [PolicyRun(_wrk(500), {1: [500, 9], 2: [500, 8]}, {"copies": 500, "agree": 500}, 0.1)] * 2
+    row = median_policy_run("shadow", shadowed)
+    assert row["shadow"] == {"copies": 1000, "agree": 1000}
+    assert row["candidate_share"] == 0.5 and row["cpu_us_per_answer"] == pytest.approx(200.0)
 
 
 def test_it_needs_the_console_to_set_a_policy(tmp_path):
@@ -226,6 +235,7 @@ def _row(policy: str, rps: float, share: float = 0.0, errors: int = 0) -> dict:
         "served": served,
         "candidate_share": 0.5 if shadow else share,
         "shadow": shadow,
+        "cpu_us_per_answer": {"active": 80.0, "canary": 95.5, "shadow": 150.0}[policy],
     }
 
 
@@ -290,7 +300,7 @@ def test_a_traffic_only_run_rewrites_its_section_and_its_target_rows(tmp_path):
         "## Ensembles: digits_pipeline vs the client chaining its steps\n\nensemble\n\n## " + TRAFFIC_HEADING
     )
     assert text.endswith("## GPU path (bench/gpu.sh)\n\ngpu\n")
-    assert "| canary | 9700 | 5.500 | 20.000 | 9600–9750 | 0.97 | 0 |" in text
+    assert "| canary | 9700 | 5.500 | 20.000 | 9600–9750 | 0.97 | 96 | 0 |" in text
     assert "| canary | 130950 (30.0) | 14550 (5.0) | 10.0% | 50 | - | - | - | - |" in text
     assert "| shadow | 105000 (30.0) | 105000 (40.0) | 50.0% | 58 | 105000 | 105000 | 0 | 0 |" in text
     assert "| canary | 0.97 | +0.500 | ≥ 0.95× (candidate 10% ± 5 points) | PASS |" in text

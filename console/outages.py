@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 
 from django.db import InterfaceError, OperationalError
+from redis.exceptions import TimeoutError as RedisReadTimeout
 
 from engine.errors import Unavailable
 
@@ -30,6 +31,11 @@ STORAGE_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 def is_storage_full(exc: BaseException) -> bool:
     """Whether `exc` is a write that found no room left."""
     return isinstance(exc, OSError) and exc.errno in STORAGE_FULL_ERRNOS
+
+
+def is_idle_wait(exc: BaseException) -> bool:
+    """Whether a channel-layer receive merely waited longer than its socket allows (Redis is up, nothing came)."""
+    return isinstance(exc, RedisReadTimeout)
 
 
 def is_database_outage(exc: BaseException) -> bool:

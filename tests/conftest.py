@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.cookiejar
 import os
 import re
 import signal
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -157,6 +159,32 @@ def manage_command(var_dir: Path, env: dict[str, str]) -> Callable[..., str]:
         return done.stdout.strip().splitlines()[-1]
 
     return manage
+
+
+def api_call(server: ServerProcess, path: str, key: str, method: str = "GET") -> tuple[int, dict[str, str], bytes]:
+    """(status, lower-cased headers, body) of a REST API call with an API token; HTTP errors are answers too."""
+    request = urllib.request.Request(server.base_url + path, method=method, headers={"Authorization": f"Token {key}"})
+    try:
+        with urllib.request.urlopen(request, timeout=15) as response:
+            return response.status, {k.lower(): v for k, v in response.headers.items()}, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, {k.lower(): v for k, v in error.headers.items()}, error.read()
+
+
+def signed_in_opener(server: ServerProcess) -> urllib.request.OpenerDirector:
+    """A cookie-keeping opener signed in as the admin through the sign-in form."""
+    jar = http.cookiejar.CookieJar()
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    form = opener.open(server.base_url + "/accounts/login/", timeout=15).read().decode()
+    csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form).group(1)
+    body = urllib.parse.urlencode(
+        {"username": server.admin_username, "password": server.admin_password, "csrfmiddlewaretoken": csrf}
+    ).encode()
+    request = urllib.request.Request(
+        server.base_url + "/accounts/login/", data=body, headers={"Referer": server.base_url + "/accounts/login/"}
+    )
+    opener.open(request, timeout=15)
+    return opener
 
 
 @pytest.fixture(scope="session")

@@ -21,7 +21,7 @@ from django.db.models.signals import m2m_changed, post_delete, post_save
 from django.dispatch import receiver
 
 from console.accounts.models import ApiToken
-from console.outages import Outage
+from console.outages import Outage, is_idle_wait
 
 logger = logging.getLogger("console.accounts.revocations")
 
@@ -39,8 +39,8 @@ def announce(*, token_id: int | None = None, user_id: int | None = None) -> None
             return
         try:
             async_to_sync(layer.group_send)(GROUP, {"type": CHANGED, "token": token_id, "user": user_id})
-        except Exception:  # the cache's expiry is the backstop; the change itself is committed
-            logger.warning("could not announce a credential change", exc_info=True)
+        except Exception as exc:  # the cache's expiry is the backstop; the change itself is committed
+            logger.warning("could not announce a credential change (%s: %s)", type(exc).__name__, exc)
 
     transaction.on_commit(send)
 
@@ -124,6 +124,8 @@ class RevocationListener:
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:
+                    if is_idle_wait(exc):
+                        continue
                     self.layer_outage.failed(exc)
                     joined = False
                     continue

@@ -15,6 +15,7 @@ import zipfile
 from pathlib import Path, PurePosixPath
 from typing import IO
 
+from console.outages import is_storage_full
 from engine.admission import MODEL_FILES
 from engine.config_format import CONFIG_FILES
 
@@ -90,6 +91,8 @@ def unpack(archive: IO[bytes], kind: str, target: Path, *, max_members: int, max
         else:
             _unpack_tar(archive, target, budget)
     except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError) as exc:
+        if is_storage_full(exc):
+            raise  # the archive is fine, the disk is not: the caller answers 507
         raise ArchiveRejected(f"the archive cannot be read: {exc}") from None
 
 

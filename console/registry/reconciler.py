@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 
-from console.outages import Outage, is_database_outage
+from console.outages import Outage, is_database_outage, is_idle_wait
 from console.registry.desired import ModelPlan, mark_loading, read_plans, record_outcome
 from console.registry.services import CHANGED, GROUP, record_automatic_rollback
 from engine.config_format import parse_config_json
@@ -56,6 +56,7 @@ class Reconciler:
         self._traffic_refusals: dict[str, str] = {}  # model -> why the engine refused its policy (logged once)
         self._recording: set[asyncio.Task[None]] = set()
         self.database = Outage("the database (registry reconciler)")
+        self.channel_layer = Outage("the channel layer (registry change messages)")
 
     async def reconcile_once(self) -> None:
         """One full pass over every registered model, plus unloading models that were deleted."""
@@ -258,8 +259,8 @@ class Reconciler:
         # renewed every pass: Redis expires group membership
         try:
             await layer.group_add(GROUP, channel)
-        except Exception:
-            logger.warning("cannot join the channel layer group '%s'; relying on the period", GROUP, exc_info=True)
+        except Exception as exc:  # Redis down: relying on the period until it is back
+            self.channel_layer.failed(exc)
 
     async def _listen(self, layer, channel: str) -> None:
         while True:
@@ -267,9 +268,12 @@ class Reconciler:
                 message = await layer.receive(channel)
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                logger.warning("channel layer receive failed", exc_info=True)
+            except Exception as exc:  # Redis down: the periodic pass carries on alone
+                if is_idle_wait(exc):
+                    continue
+                self.channel_layer.failed(exc)
                 await asyncio.sleep(self.period)
                 continue
+            self.channel_layer.recovered()
             if message.get("type") == CHANGED:
                 self.wake.set()

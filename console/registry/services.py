@@ -87,8 +87,8 @@ def notify_changed(name: str) -> None:
             return
         try:
             async_to_sync(layer.group_send)(GROUP, {"type": CHANGED, "model": name})
-        except Exception:  # the periodic pass heals a lost message; the change itself is committed
-            logger.warning("could not announce the change of model '%s'", name, exc_info=True)
+        except Exception as exc:  # the periodic pass heals a lost message; the change itself is committed
+            logger.warning("could not announce the change of model '%s' (%s: %s)", name, type(exc).__name__, exc)
 
     transaction.on_commit(send)
 

@@ -6,10 +6,8 @@ which is what a database restart or a network partition looks like from the serv
 
 from __future__ import annotations
 
-import http.cookiejar
 import json
 import os
-import re
 import time
 import urllib.error
 import urllib.parse
@@ -23,7 +21,7 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import ServerProcess, manage_command, serve_process
+from tests.conftest import ServerProcess, api_call, manage_command, serve_process, signed_in_opener
 from tests.tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.server
@@ -120,31 +118,6 @@ def wait_until_ready(client: httpclient.InferenceServerClient, key: str, model: 
     pytest.fail(f"model '{model}' never became {'ready' if want else 'unloaded'}")
 
 
-def api_get(server: ServerProcess, path: str, key: str) -> tuple[int, dict[str, str], bytes]:
-    request = urllib.request.Request(server.base_url + path, headers={"Authorization": f"Token {key}"})
-    try:
-        with urllib.request.urlopen(request, timeout=15) as response:
-            return response.status, {k.lower(): v for k, v in response.headers.items()}, response.read()
-    except urllib.error.HTTPError as error:
-        return error.code, {k.lower(): v for k, v in error.headers.items()}, error.read()
-
-
-def signed_in_opener(server: ServerProcess) -> urllib.request.OpenerDirector:
-    """A cookie-keeping opener signed in as the admin through the sign-in form."""
-    jar = http.cookiejar.CookieJar()
-    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
-    form = opener.open(server.base_url + "/accounts/login/", timeout=15).read().decode()
-    csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form).group(1)
-    body = urllib.parse.urlencode(
-        {"username": server.admin_username, "password": server.admin_password, "csrfmiddlewaretoken": csrf}
-    ).encode()
-    request = urllib.request.Request(
-        server.base_url + "/accounts/login/", data=body, headers={"Referer": server.base_url + "/accounts/login/"}
-    )
-    opener.open(request, timeout=15)
-    return opener
-
-
 def test_it_keeps_serving_inference_to_recently_seen_tokens_while_the_database_is_down(outage: OutageServer):
     client = client_of(outage.server)
     wait_until_ready(client, outage.admin_key, "simple")
@@ -168,10 +141,10 @@ def test_it_answers_the_console_and_its_api_with_503_while_the_database_is_down(
             opener.open(outage.server.base_url + "/models/", timeout=15)
         text = page.value.read().decode()
         assert page.value.code == 503 and "The database is unavailable" in text and "Traceback" not in text
-        status, headers, body = api_get(outage.server, "/api/models/", outage.admin_key)
+        status, headers, body = api_call(outage.server, "/api/models/", outage.admin_key)
         assert status == 503 and headers["retry-after"].isdigit()
         assert json.loads(body)["code"] == "database_unavailable"
-    status, _, body = api_get(outage.server, "/api/models/", outage.admin_key)
+    status, _, body = api_call(outage.server, "/api/models/", outage.admin_key)
     assert status == 200 and b"simple" in body
 
 

@@ -18,6 +18,7 @@
   const noGpuNote = document.getElementById("no-gpu-note");
   const deviceTitle = document.getElementById("device-title");
   const { MetricsSocket, byModel } = window.InferaLive;
+  const CLIENT_PROTOCOLS = new Set(["http", "grpc"]); // how requests reach the server from outside
 
   const { LiveChart, layout, line, palette } = window.InferaCharts;
   const panel = new window.InferaPipeline.PipelinePanel(document.getElementById("pipeline-panel"));
@@ -52,7 +53,10 @@
     protocols: new LiveChart("chart-protocols", layout("requests/s", { barmode: "stack", bargap: 0.1 }), (snapshot) => {
       const totals = {};
       for (const m of byModel(snapshot).values()) {
-        for (const [protocol, rate] of Object.entries(m.protocols || {})) totals[protocol] = (totals[protocol] || 0) + rate;
+        for (const [protocol, rate] of Object.entries(m.protocols || {})) {
+          // calls made inside the server (ensemble steps, BLS, shadow copies, warm-up) were counted where they entered
+          if (CLIENT_PROTOCOLS.has(protocol)) totals[protocol] = (totals[protocol] || 0) + rate;
+        }
       }
       return Object.keys(totals)
         .sort()

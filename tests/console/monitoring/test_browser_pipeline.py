@@ -88,6 +88,9 @@ def test_it_shows_the_ensemble_and_its_steps_moving_under_load(infera_server: Se
             timeout=WAIT_MS,
         )
         assert int(page.get_attribute("#pipeline-panel", "data-updates")) >= updates + 3
+        # the steps' calls come from inside the server: the protocol chart counts each request once, as it came
+        page.wait_for_function(f"({TRACE})(['chart-protocols', 'HTTP']).peak > 0", timeout=WAIT_MS)
+        assert page.evaluate(TRACE, ["chart-protocols", "ENSEMBLE"])["points"] == -1
         assert sent[0] > 0
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "monitoring_pipeline.png"), full_page=True)

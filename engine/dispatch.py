@@ -69,7 +69,7 @@ class Dispatcher:
         return sum(len(lane.batcher) for lane in self.lanes)
 
     async def submit(self, request: InferenceRequest) -> InferenceResponse:
-        """Queue a validated request and wait for its outputs; raises Unavailable when the queue is full."""
+        """Queue a validated request and wait for its outputs; raises QueueFull when the queue is full."""
         loop = asyncio.get_running_loop()
         now = time.monotonic_ns()
         request.arrival_ns = request.arrival_ns or now

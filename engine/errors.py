@@ -45,6 +45,22 @@ class Unavailable(InferaError):
     status = 503
 
 
+class QueueFull(Unavailable):
+    """A model's queue holds `max_queue_size` requests already (Triton's queue policy): shed, retry later (HTTP 503).
+
+    The message starts as Triton's does ("Exceeds maximum queue size"), which clients written for Triton look for.
+    """
+
+    def __init__(self, model: str, max_queue_size: int) -> None:
+        self.model = model
+        self.max_queue_size = max_queue_size
+        waiting = f"{max_queue_size} request" + ("s" if max_queue_size != 1 else "")
+        super().__init__(
+            f"Exceeds maximum queue size: model '{model}' already has {waiting} waiting (its max_queue_size); "
+            "retry later"
+        )
+
+
 class PayloadTooLarge(InferaError):
     """A request body over the configured limit (HTTP 413)."""
 

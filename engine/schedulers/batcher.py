@@ -14,7 +14,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from engine.config import ModelConfig, QueuePolicy
-from engine.errors import Unavailable
+from engine.errors import QueueFull
 from engine.types import InferenceRequest
 
 
@@ -78,15 +78,12 @@ class DynamicBatcher:
         return self.default_level
 
     def add(self, pending: PendingRequest, now_ns: int) -> None:
-        """Queue a request, or raise Unavailable when its priority queue is full."""
+        """Queue a request, or raise QueueFull when its priority queue holds `max_queue_size` requests."""
         level = self.level_of(pending.request)
         policy = self.policies[level]
         queue = self.queues[level]
         if policy.max_queue_size and len(queue) >= policy.max_queue_size:
-            raise Unavailable(
-                f"inference request for model '{pending.request.model_name}' rejected: "
-                f"queue is full ({policy.max_queue_size} requests)"
-            )
+            raise QueueFull(pending.request.model_name, policy.max_queue_size)
         timeout_us = policy.default_timeout_microseconds
         if policy.allow_timeout_override and pending.request.timeout_us:
             timeout_us = pending.request.timeout_us if not timeout_us else min(timeout_us, pending.request.timeout_us)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from engine.config import DynamicBatching, ModelConfig, QueuePolicy, TensorConfig
-from engine.errors import Unavailable
+from engine.errors import QueueFull, Unavailable
 from engine.schedulers.batcher import DynamicBatcher, PendingRequest, shape_key
 from engine.types import InferenceRequest
 
@@ -118,8 +118,9 @@ def test_it_rejects_when_the_queue_is_full(loop):
     batcher = DynamicBatcher(config(queue=QueuePolicy(max_queue_size=2)))
     batcher.add(pending(loop), 0)
     batcher.add(pending(loop), 0)
-    with pytest.raises(Unavailable, match="queue is full"):
+    with pytest.raises(QueueFull, match="Exceeds maximum queue size") as refused:
         batcher.add(pending(loop), 0)
+    assert refused.value.max_queue_size == 2 and isinstance(refused.value, Unavailable)
 
 
 def test_it_times_out_queued_requests_by_policy(loop):

@@ -286,6 +286,11 @@ class ServedVersion:
         self.state = ModelState.UNAVAILABLE
         self.reason = "unloaded"
 
+    def abort(self) -> None:
+        """Stop every instance's out-of-process work at once (see Backend.abort); never blocks."""
+        for instance in list(self.instances):
+            instance.backend.abort()
+
     async def _release(self) -> None:
         for instance in self.instances:
             await asyncio.to_thread(instance.stop)
@@ -493,6 +498,12 @@ class ModelManager:
                 raise Unavailable(f"model '{name}' version {version} is not ready: {entry.failures[version]}")
             raise ModelNotFound(f"Request for unknown model: '{name}' version {version} is not found")
         return served
+
+    def abort(self) -> None:
+        """Stop the out-of-process work of every version, loaded, loading or draining, at once (never blocks)."""
+        for entry in list(self.models.values()):
+            for served in [*entry.versions.values(), *entry.loading, *entry.draining]:
+                served.abort()
 
     async def stop(self) -> None:
         self._stopping = True

@@ -70,6 +70,7 @@ class InferenceServer:
         self.shared_memory = SharedMemoryRegistry()  # system shared memory regions clients registered
         self.tracer = Tracer(self.settings.trace_dir)  # Triton's trace extension
         self._started = False
+        self._draining = False
         self._sent_files: dict[str, Path] = {}  # models loaded from files sent with a load: their temporary roots
         self.traffic: dict[str, TrafficState] = {}  # models under a canary or shadow policy
         self._shadow_tasks: set[asyncio.Task] = set()
@@ -84,6 +85,7 @@ class InferenceServer:
         traffic to a replica that would still answer "unknown model".
         """
         self.model_services.bind(asyncio.get_running_loop())
+        self._draining = False
         if load_models and self.repository is not None:
             for name in self.repository.model_names():
                 try:
@@ -92,8 +94,31 @@ class InferenceServer:
                     log.error("%s", exc.message)
         self._started = True
 
-    async def stop(self) -> None:
+    def drain(self) -> None:
+        """The server is going away: not ready from now on (in-flight and new requests are still served)."""
+        self._draining = True
+
+    @property
+    def draining(self) -> bool:
+        return self._draining
+
+    def abort(self) -> None:
+        """Stop every model's out-of-process work (python stubs) at once; safe from a signal handler."""
+        self.manager.abort()
+
+    async def stop(self, grace_seconds: float | None = None) -> None:
+        """Unload every model after its in-flight requests; a batch still running after `grace_seconds` (None:
+        no limit) is aborted (Backend.abort), and the unload goes on without it."""
         self._started = False
+        stopping = asyncio.ensure_future(self._stop())
+        if grace_seconds is not None:
+            done, _ = await asyncio.wait({stopping}, timeout=max(grace_seconds, 0.0))
+            if not done:
+                log.warning("models still busy after the shutdown grace of %.0f s: stopping them now", grace_seconds)
+                self.abort()
+        await stopping
+
+    async def _stop(self) -> None:
         if self._shadow_tasks:
             await asyncio.wait(list(self._shadow_tasks))
         await self.manager.stop()
@@ -106,7 +131,7 @@ class InferenceServer:
         return True
 
     def is_ready(self) -> bool:
-        return self._started
+        return self._started and not self._draining
 
     async def admit(
         self,

@@ -120,6 +120,23 @@ class GrpcSettings:
 
 
 @dataclass(frozen=True)
+class HttpSettings:
+    """What the HTTP server (uvicorn or daphne under `serve`) allows a client before it closes the connection.
+
+    A slow client holds a connection, a file descriptor and a little memory: these bound how long. Headers must all
+    arrive within `header_timeout_seconds` of the request's first byte (of the connection, for a first request);
+    a body may pause at most `body_timeout_seconds`, and must average `body_min_bytes_per_second` past that
+    allowance, so a trickle ends as surely as a stall; an idle connection between requests is closed after
+    `keepalive_seconds` (longer than a load balancer's own idle timeout, 60 s on most, so the balancer closes it).
+    """
+
+    header_timeout_seconds: int = 10
+    body_timeout_seconds: int = 30
+    keepalive_seconds: int = 75
+    body_min_bytes_per_second: int = 1024  # fixed; a legitimate client is thousands of times faster
+
+
+@dataclass(frozen=True)
 class EngineSettings:
     """Everything the engine reads from the environment, read once."""
 
@@ -132,6 +149,9 @@ class EngineSettings:
     limits: ConfigLimits = field(default_factory=ConfigLimits)
     sandbox: SandboxSettings = field(default_factory=SandboxSettings)
     grpc: GrpcSettings = field(default_factory=GrpcSettings)
+    http: HttpSettings = field(default_factory=HttpSettings)
+    # after SIGTERM: how long in-flight requests may take to finish, and then models to unload (Kubernetes gives 30 s)
+    shutdown_grace_seconds: int = 25
 
 
 def read_engine_settings(environ: Mapping[str, str] | None = None) -> EngineSettings:
@@ -169,6 +189,17 @@ def read_engine_settings(environ: Mapping[str, str] | None = None) -> EngineSett
         max_ping_strikes=read_int("INFERA_GRPC_HTTP2_MAX_PING_STRIKES", GrpcSettings.max_ping_strikes, env),
         response_compression=read_choice("INFERA_GRPC_RESPONSE_COMPRESSION", "none", ("none", "gzip", "deflate"), env),
     )
+    http = HttpSettings(
+        header_timeout_seconds=read_int(
+            "INFERA_HTTP_HEADER_TIMEOUT_SECONDS", HttpSettings.header_timeout_seconds, env, minimum=1, maximum=3600
+        ),
+        body_timeout_seconds=read_int(
+            "INFERA_HTTP_BODY_TIMEOUT_SECONDS", HttpSettings.body_timeout_seconds, env, minimum=1, maximum=3600
+        ),
+        keepalive_seconds=read_int(
+            "INFERA_HTTP_KEEPALIVE_SECONDS", HttpSettings.keepalive_seconds, env, minimum=1, maximum=3600
+        ),
+    )
     name = (read_text("INFERA_SERVER_NAME", env) or "infera").strip()
     if not name or len(name) > 128 or any(ord(ch) < 32 for ch in name):
         raise SettingError(f"INFERA_SERVER_NAME must be 1 to 128 printable characters, got {name!r}")
@@ -182,4 +213,8 @@ def read_engine_settings(environ: Mapping[str, str] | None = None) -> EngineSett
         limits=limits,
         sandbox=sandbox,
         grpc=grpc,
+        http=http,
+        shutdown_grace_seconds=read_int(
+            "INFERA_SHUTDOWN_GRACE_SECONDS", EngineSettings.shutdown_grace_seconds, env, maximum=3600
+        ),
     )

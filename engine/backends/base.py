@@ -70,6 +70,13 @@ class Backend(ABC):
     def unload(self) -> None:  # noqa: B027 - most runtimes free themselves when dropped
         """Release the runtime's resources."""
 
+    def abort(self) -> None:  # noqa: B027 - a runtime inside this process cannot be stopped from outside
+        """Stop at once whatever this instance runs outside the server's process (a python model's stub).
+
+        Called when the server may wait no longer (its shutdown grace is over, or a second signal came), possibly
+        from a signal handler: it must not block. A batch it interrupts fails; `unload` still follows.
+        """
+
     def require_model_file(self) -> Path:
         """The model file, or a LoadError naming the path that is missing."""
         if not self.model_path.is_file():

@@ -366,6 +366,12 @@ class PythonBackend(Backend):
         """Already one entry per request."""
         return outputs
 
+    def abort(self) -> None:
+        self._closing = True  # no restart: the stub is meant to die
+        stub = getattr(self, "_stub", None)
+        if stub is not None:
+            stub.kill(wait=False)
+
     def unload(self) -> None:
         self._closing = True
         if getattr(self, "mode", None) == IN_PROCESS:

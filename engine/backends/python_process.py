@@ -126,15 +126,17 @@ class StubProcess:
         except ChannelClosed:
             raise StubDied(self.dead or self.exit_reason()) from None
 
-    def kill(self) -> None:
-        """End the stub now (a request ran past its deadline, or the server is unloading it)."""
+    def kill(self, *, wait: bool = True) -> None:
+        """End the stub now (a request ran past its deadline, or the server is unloading it); `wait=False` only
+        sends the signal (from a signal handler, or where the caller cannot block)."""
         self.closing = True
         if self.process is not None and self.process.poll() is None:
             try:
                 os.killpg(self.process.pid, 9)
             except OSError:
                 self.process.kill()
-        self.wait()
+        if wait:
+            self.wait()
 
     def wait(self, timeout: float = 10.0) -> None:
         if self.process is not None:

@@ -82,6 +82,7 @@ class Reply:
 
 EMPTY_OK = Reply(200, b"", b"text/plain")
 EMPTY_BAD = Reply(400, b"", b"text/plain")
+GOING_AWAY = Reply(503, b"", b"text/plain")
 
 
 def _json(value: Any) -> Reply:
@@ -97,6 +98,10 @@ def health_live(server: InferenceServer, incoming: Incoming) -> Reply:
 
 
 def health_ready(server: InferenceServer, incoming: Incoming) -> Reply:
+    """200 when ready; 400 while loading (as Triton); 503 while draining for a shutdown, so that a load balancer
+    tells "going away" from "not up yet" and stops sending traffic."""
+    if server.draining:
+        return GOING_AWAY
     return EMPTY_OK if server.is_ready() else EMPTY_BAD
 
 

@@ -2,6 +2,7 @@
 
 It owns the process's Runtime (console/runtime.py): started by ASGI lifespan (uvicorn) or on the first connection
 for servers that send no lifespan events (daphne), stopped at shutdown, and placed in every connection's scope.
+Every request and WebSocket is counted in the runtime's Connections, which a graceful shutdown drains.
 Django is reached through the BodyGate, which refuses oversized and unauthenticated bodies before they are read.
 """
 
@@ -43,12 +44,18 @@ class InferaApplication:
             return
         await self.runtime.lifespan.on_connection()  # a server that sends no lifespan events (daphne) starts us here
         scope[RUNTIME_KEY] = self.runtime
-        if kind == "http" and is_engine_path(scope["path"]):
-            await self.runtime.engine_app(scope, receive, send)
-        elif kind == "websocket":
-            await self.websocket_app(scope, receive, send)
-        else:
-            await self.django_app(scope, receive, send)
+        connections = self.runtime.connections  # what a graceful shutdown waits for (console/shutdown.py)
+        if kind == "websocket":
+            await connections.websocket(self.websocket_app, scope, receive, send)
+            return
+        connections.request_started()
+        try:
+            if kind == "http" and is_engine_path(scope["path"]):
+                await self.runtime.engine_app(scope, receive, send)
+            else:
+                await self.django_app(scope, receive, send)
+        finally:
+            connections.request_ended()
 
 
 def build_application(settings: InferaSettings, *, listen_host: str | None = None) -> InferaApplication:

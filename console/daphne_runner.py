@@ -1,15 +1,25 @@
-"""Run the console under daphne, starting and stopping the runtime with the reactor (daphne sends no lifespan)."""
+"""Run the console under daphne: the runtime starts and stops with the reactor (daphne sends no lifespan), requests
+keep console/daphne_limits.py's limits, and a signal drains the process as console/shutdown.py says.
+
+Daphne's own SIGTERM handling stops the reactor at once and cancels every request in flight; here the first signal
+stops listening, drains, and only then stops the reactor.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
+from typing import Any
 
 from console.config import InferaSettings
+from console.shutdown import ShutdownSignals
+
+logger = logging.getLogger("console.shutdown")
 
 
 def run_daphne(infera: InferaSettings, host: str, port: int, *, access_log: bool = True) -> None:
-    """Serve the console application with daphne in the foreground until interrupted."""
+    """Serve the console application with daphne in the foreground until a signal ends it."""
     # daphne.server installs Twisted's asyncio reactor; it must be imported before anything touches Twisted
     from daphne.server import Server  # isort: skip
 
@@ -20,10 +30,20 @@ def run_daphne(infera: InferaSettings, host: str, port: int, *, access_log: bool
     from console.access_log import MaskedAccessLog
     from console.accounts.inference_auth import resolve_mode
     from console.composition import build_application
-    from console.daphne_limits import limit_request_bodies
+    from console.daphne_limits import limit_request_bodies, time_requests
 
     application = build_application(infera, listen_host=host)
-    lifespan = application.runtime.lifespan
+    runtime = application.runtime
+    lifespan = runtime.lifespan
+
+    class DrainingServer(Server):
+        """Daphne's server, keeping the ports it listens on so that a drain can stop listening."""
+
+        def listen_success(self, listening: Any) -> None:
+            ports.append(listening)
+            super().listen_success(listening)
+
+    ports: list[Any] = []
 
     def start_runtime() -> None:
         # called before the reactor runs; call_soon defers the start until the loop is running
@@ -32,13 +52,30 @@ def run_daphne(infera: InferaSettings, host: str, port: int, *, access_log: bool
     def stop_runtime() -> defer.Deferred:
         return defer.Deferred.fromFuture(asyncio.ensure_future(lifespan.shutdown()))
 
+    async def drain() -> None:
+        for listening in ports:
+            listening.stopListening()  # connections already open stay, answered with Connection: close
+        await runtime.drain()
+        if await runtime.connections.wait_for_requests(runtime.grace_left()):
+            logger.info("no request in flight: closing the connections")
+        else:
+            logger.warning("%d requests still running at the end of the shutdown grace", runtime.connections.requests)
+        reactor.stop()  # closes every connection, cancels what still runs, then stops the runtime
+
     reactor.addSystemEventTrigger("before", "shutdown", stop_runtime)
-    server = Server(
+    server = DrainingServer(
         application=application,
         endpoints=build_endpoint_description_strings(host=host, port=port),
         action_logger=AccessLogGenerator(MaskedAccessLog(sys.stdout)) if access_log else None,
         ready_callable=start_runtime,
+        signal_handlers=False,  # ours: drain on the first signal, exit on the second
     )
     needs_token = resolve_mode(infera.inference_auth, host) == "token"
     limit_request_bodies(server, infera, v2_needs_token=needs_token)
-    server.run()
+    time_requests(infera.engine.http, runtime.connections)
+    signals = ShutdownSignals(drain=lambda: reactor.callFromThread(asyncio.ensure_future, drain()), abort=runtime.abort)
+    signals.install()
+    try:
+        server.run()
+    finally:
+        signals.restore()

@@ -12,12 +12,16 @@ a module global. Start-up order, each step after the one before:
    then follows changes (and records the engine's automatic traffic rollbacks);
 5. the sampler takes a snapshot a second and publishes it to the dashboards.
 
-Stopping runs the other way round, the gRPC server finishing its in-flight calls before the engine stops.
+Stopping runs the other way round, the gRPC server finishing its in-flight calls before the engine stops. A graceful
+shutdown drains first (`drain()`, console/shutdown.py): from the first SIGTERM every step has until one deadline,
+INFERA_SHUTDOWN_GRACE_SECONDS later.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,6 +32,7 @@ from console.monitoring.live import GroupPublisher
 from console.registry.reconciler import Reconciler
 from console.registry.store import ModelStore
 from console.registry.v2_hooks import RegistryRepositoryControl
+from console.shutdown import Connections
 from engine.frontend import V2App
 from engine.frontend.grpc_server import GrpcFrontEnd
 from engine.frontend.lifespan import ServiceLifespan
@@ -78,8 +83,11 @@ class Runtime:
         # /metrics is answered here, every other engine path by the v2 front end
         self.engine_app = MetricsApp(self.server, self.sampler, fallback=self.v2)
         self.lifespan = ServiceLifespan(self.start, self.stop, wait_for_start=False)
+        self.connections = Connections()
         self.started: list[str] = []
         self.startup_failure: str | None = None
+        self.deadline: float | None = None  # time.monotonic() by which a shutdown that began must be over
+        self._grpc_stopping: asyncio.Future | None = None
 
     async def start(self) -> None:
         """Run the start-up steps in START_ORDER; a failure is kept for the home page and re-raised."""
@@ -111,23 +119,55 @@ class Runtime:
             self.startup_failure = f"{type(exc).__name__}: {exc}"
             raise
 
+    async def drain(self) -> None:
+        """Begin a graceful shutdown: not ready, no model changes, no new gRPC calls, WebSockets told to go away."""
+        if self.deadline is not None:
+            return
+        self.deadline = time.monotonic() + self.settings.engine.shutdown_grace_seconds
+        logger.info(
+            "draining: finishing in-flight requests for up to %d s, then unloading the models",
+            self.settings.engine.shutdown_grace_seconds,
+        )
+        self.server.drain()
+        if "follow" in self.started:
+            self.started.remove("follow")
+            await self.reconciler.stop()
+        if "grpc" in self.started and self.grpc is not None:
+            self._grpc_stopping = asyncio.ensure_future(self.grpc.stop(self.grace_left()))
+        await self.connections.drain()
+
+    def grace_left(self) -> float:
+        """Seconds until the shutdown deadline (the whole grace while no shutdown has begun)."""
+        if self.deadline is None:
+            return float(self.settings.engine.shutdown_grace_seconds)
+        return max(self.deadline - time.monotonic(), 0.0)
+
+    def abort(self) -> None:
+        """Stop the python model stubs at once, for a process that exits without waiting; safe in a signal handler."""
+        self.server.abort()
+
     async def stop(self) -> None:
-        """Stop what started, last first: the sampler ends before the engine it reads."""
+        """Stop what started, last first: the sampler ends before the engine it reads; models still busy at the
+        shutdown deadline are stopped."""
         if "monitoring" in self.started:
             await self.sampler.stop()
         if "follow" in self.started:
             await self.reconciler.stop()
         if "grpc" in self.started and self.grpc is not None:
-            await self.grpc.stop()  # in-flight calls finish before the engine they use stops
-        await self.server.stop()
+            # in-flight calls finish before the engine they use stops
+            await (self._grpc_stopping or self.grpc.stop(self.grace_left()))
+        await self.server.stop(grace_seconds=self.grace_left())
         await self.revocations.stop()
         self.started.clear()
+        logger.info("models unloaded; the runtime has stopped")
 
     @property
     def state(self) -> str:
-        """absent, loading, ready or failed, as the home page shows it."""
+        """absent, loading, ready, stopping or failed, as the home page shows it."""
         if self.startup_failure:
             return "failed"
+        if self.server.draining:
+            return "stopping"
         return "ready" if self.server.is_ready() else "loading"
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from console.composition import InferaApplication, is_engine_path
 from console.runtime import RUNTIME_KEY, START_ORDER, Runtime, runtime_of
+from console.shutdown import Connections
 from engine.frontend.lifespan import ServiceLifespan
 from engine.settings import GrpcSettings
 
@@ -48,7 +49,9 @@ def compose(steps: SlowStart | None = None) -> tuple[InferaApplication, Recordin
     steps = steps or SlowStart()
     django_app, ws_app, engine_app = RecordingApp(), RecordingApp(), RecordingApp()
     runtime = SimpleNamespace(
-        lifespan=ServiceLifespan(steps.start, steps.stop, wait_for_start=False), engine_app=engine_app
+        lifespan=ServiceLifespan(steps.start, steps.stop, wait_for_start=False),
+        engine_app=engine_app,
+        connections=Connections(),
     )
     app = InferaApplication(django_app=django_app, websocket_app=ws_app, runtime=runtime)  # type: ignore[arg-type]
     return app, django_app, ws_app, engine_app

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import sys
 from typing import Any
 
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from console.config import InferaSettings
 from console.env import env_int, env_str
 from console.first_admin import ensure_admin
 
@@ -70,7 +68,9 @@ class Command(BaseCommand):
 
             run_daphne(infera, host, port, access_log=access_log)
         else:
-            self._run_uvicorn(infera, host, port, access_log=access_log)
+            from console.uvicorn_runner import run_uvicorn
+
+            run_uvicorn(infera, host, port, access_log=access_log)
 
     def _ensure_admin(self) -> None:
         try:
@@ -89,24 +89,3 @@ class Command(BaseCommand):
             )
         else:
             self.stdout.write(f"Created the user '{created.username}' with the password INFERA_ADMIN_PASSWORD.")
-
-    def _run_uvicorn(self, infera: InferaSettings, host: str, port: int, *, access_log: bool) -> None:
-        import uvicorn
-
-        from console.access_log import mask_uvicorn_access_log
-        from console.composition import build_application
-
-        config = uvicorn.Config(
-            build_application(infera, listen_host=host),  # the runtime knows where it listens
-            host=host,
-            port=port,
-            loop="uvloop",
-            http="httptools",
-            lifespan="on",
-            access_log=access_log,
-            log_level=infera.log_level.lower(),
-            timeout_graceful_shutdown=15,
-        )
-        mask_uvicorn_access_log()  # uvicorn has configured its loggers by now
-        uvicorn.Server(config).run()
-        sys.stdout.flush()

@@ -1,0 +1,93 @@
+"""uvicorn's HTTP protocol with read deadlines, and `Connection: close` while the process drains.
+
+uvicorn closes an idle keep-alive connection (`timeout_keep_alive`) but has no deadline for a request being
+received: a client that opens a connection and sends nothing, or half a request line, or a body a byte a minute,
+holds it for as long as it likes. This subclass of its httptools protocol keeps console/read_deadlines.py's
+deadlines with one ReadClock per connection.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from console.read_deadlines import ReadClock, timeout_answer
+from console.shutdown import Connections
+from engine.settings import HttpSettings
+
+logger = logging.getLogger("console.http")
+
+
+def timed_protocol(settings: HttpSettings, connections: Connections) -> type[HttpToolsProtocol]:
+    """The protocol class to give uvicorn (`http=`) for these limits and this process's connections."""
+
+    class TimedHttpToolsProtocol(HttpToolsProtocol):
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            # reading paused: the application has not taken what arrived, which is not the client's doing
+            self._clock = ReadClock(
+                settings,
+                now=self.loop.time,
+                call_later=self.loop.call_later,
+                overdue=self._overdue,
+                held=lambda: self.flow.read_paused,
+            )
+            self._clock.expect_headers()  # a first request's clock runs from the connection
+            self._clock.watch()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._clock.stop()
+            super().connection_lost(exc)
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if not self.transport.is_closing():
+                self._clock.watch()
+
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            if self._clock.expecting is None:
+                self._clock.expect_headers()
+
+        def on_headers_complete(self) -> None:
+            super().on_headers_complete()
+            self._clock.stop()
+            if self.cycle is not None and self.cycle.scope is self.scope:  # not a WebSocket upgrade
+                if connections.draining:
+                    self.cycle.keep_alive = False  # answered with Connection: close
+                self._clock.expect_body()
+
+        def on_body(self, body: bytes) -> None:
+            super().on_body(body)
+            self._clock.got_body(len(body))
+
+        def on_message_complete(self) -> None:
+            super().on_message_complete()
+            self._clock.stop()
+
+        def _overdue(self, what: str, reason: str) -> None:
+            if self.transport.is_closing():
+                return
+            cycle = self.cycle
+            answered = False  # whether this connection has begun an answer it cannot take back
+            if what == "body" and cycle is not None:
+                answered = cycle.response_started
+                if not cycle.response_complete:
+                    cycle.disconnected = True  # the application now reads a disconnect; its sends go nowhere
+                    cycle.message_event.set()
+            elif cycle is not None and not cycle.response_complete:
+                # a pipelined request trickles in behind one still being answered: close after that one
+                cycle.keep_alive = False
+                return
+            logger.info("closing the connection of %s: %s", _peer(self.client), reason)
+            if not answered:
+                self.transport.write(timeout_answer(reason))
+            self.transport.close()
+
+    return TimedHttpToolsProtocol
+
+
+def _peer(client: tuple[str, int] | None) -> str:
+    return f"{client[0]}:{client[1]}" if client else "a client"

@@ -1,0 +1,85 @@
+"""Run the console under uvicorn, with Infera's read deadlines and graceful shutdown (console/shutdown.py).
+
+uvicorn's own shutdown closes idle connections at once, gives in-flight requests `timeout_graceful_shutdown`, turns
+a second SIGTERM into nothing (only a second Ctrl-C forces it), and re-raises the signal when it is done, so the
+process ends killed by SIGTERM rather than exiting 0. Here the server drains first, exits 0, and a second signal of
+either kind exits at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+import threading
+from collections.abc import Generator
+from socket import socket
+
+import uvicorn
+
+from console.config import InferaSettings
+from console.runtime import Runtime
+from console.shutdown import ShutdownSignals
+from console.uvicorn_limits import timed_protocol
+
+logger = logging.getLogger("console.shutdown")
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn's server whose shutdown drains the runtime's requests before uvicorn's own steps."""
+
+    def __init__(self, config: uvicorn.Config, runtime: Runtime) -> None:
+        super().__init__(config)
+        self.runtime = runtime
+        self.signals = ShutdownSignals(drain=self._signalled, abort=runtime.abort)
+
+    def _signalled(self) -> None:
+        self.should_exit = True  # the main loop notices within a tick and calls shutdown()
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        self.signals.install()
+        try:
+            yield
+        finally:
+            self.signals.restore()  # and no re-raising: a drained server exits 0
+
+    async def shutdown(self, sockets: list[socket] | None = None) -> None:
+        for server in self.servers:
+            server.close()  # no new connections; those open stay, their requests answered with Connection: close
+        await self.runtime.drain()
+        connections = self.runtime.connections
+        if await connections.wait_for_requests(self.runtime.grace_left()):
+            logger.info("no request in flight: closing the connections")
+        else:
+            logger.warning("%d requests still running at the end of the shutdown grace", connections.requests)
+        # uvicorn's own steps: close every connection, cancel what still runs, then the lifespan's shutdown
+        self.config.timeout_graceful_shutdown = self.runtime.grace_left()  # type: ignore[assignment]
+        await super().shutdown(sockets)
+
+
+def run_uvicorn(infera: InferaSettings, host: str, port: int, *, access_log: bool = True) -> None:
+    """Serve the console application with uvicorn in the foreground until a signal ends it."""
+    from console.access_log import mask_uvicorn_access_log
+    from console.composition import build_application
+
+    application = build_application(infera, listen_host=host)  # the runtime knows where it listens
+    http = infera.engine.http
+    config = uvicorn.Config(
+        application,
+        host=host,
+        port=port,
+        loop="uvloop",
+        http=timed_protocol(http, application.runtime.connections),
+        lifespan="on",
+        access_log=access_log,
+        log_level=infera.log_level.lower(),
+        timeout_keep_alive=http.keepalive_seconds,
+        timeout_graceful_shutdown=infera.engine.shutdown_grace_seconds,
+    )
+    mask_uvicorn_access_log()  # uvicorn has configured its loggers by now
+    DrainingServer(config, application.runtime).run()
+    sys.stdout.flush()

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 
 # recent request latencies kept for percentiles; the sampler reads a one-second window of them
 LATENCY_WINDOW = 8192
+# the front end an ensemble's step requests are counted under: requests it sent, not a client's
+ENSEMBLE_PROTOCOL = "ensemble"
 
 
 @dataclass(slots=True)

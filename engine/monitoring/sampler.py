@@ -3,6 +3,11 @@
 The sampler reads the engine's cumulative stats (engine/stats.py) and turns the difference between two samples
 into rates, latency percentiles, queue and compute time and batch sizes for that interval. One sampler feeds
 every consumer (the WebSocket group, the page's backlog); a subscriber costs one call per snapshot.
+
+Each snapshot also carries `server`: the whole server's requests/s, failures/s, error rate and p99 (the slowest
+model's), counting a client's request to an ensemble once. The sampler keeps an hour of per-minute figures
+(engine/monitoring/history.py); the snapshot in which a minute closes carries that minute as `minute` and the
+hour's figures as `hour`.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from engine.monitoring.devices import DeviceSample, DeviceSampler
+from engine.monitoring.history import Interval, MinuteHistory, server_figures
+from engine.stats import ENSEMBLE_PROTOCOL
 
 if TYPE_CHECKING:
     from engine.server import InferenceServer
@@ -48,6 +55,7 @@ class _Counters:
     compute_ns: int
     batches: dict[int, int]  # batch size -> executions
     protocols: dict[str, int]  # front end -> requests answered (successes and failures)
+    ensemble_failures: int  # failures of the requests an ensemble's steps sent
 
     @classmethod
     def read(cls, stats: ModelStats) -> _Counters:
@@ -63,10 +71,22 @@ class _Counters:
             compute_ns=stats.compute_input.ns + stats.compute_infer.ns + stats.compute_output.ns,
             batches={size: b.compute_infer.count for size, b in stats.batches.items()},
             protocols={name: sum(counts) for name, counts in stats.protocols.items()},
+            ensemble_failures=stats.protocols.get(ENSEMBLE_PROTOCOL, (0, 0))[1],
+        )
+
+    def interval_since(self, before: _Counters, name: str, durations_ns: list[int]) -> Interval:
+        """The requests between `before` and these counters."""
+        return Interval(
+            name=name,
+            successes=self.success - before.success,
+            failures=self.failure - before.failure,
+            from_ensembles=self.protocols.get(ENSEMBLE_PROTOCOL, 0) - before.protocols.get(ENSEMBLE_PROTOCOL, 0),
+            failures_from_ensembles=self.ensemble_failures - before.ensemble_failures,
+            durations_ns=durations_ns,
         )
 
 
-_ZERO = _Counters(0, 0, 0, 0, 0, 0, 0, 0, 0, {}, {})
+_ZERO = _Counters(0, 0, 0, 0, 0, 0, 0, 0, 0, {}, {}, 0)
 
 
 class MetricsSampler:
@@ -82,6 +102,7 @@ class MetricsSampler:
         use_nvml: bool | None = None,
         wall_clock: Callable[[], float] = time.time,
         backlog_seconds: float = BACKLOG_SECONDS,
+        history: MinuteHistory | None = None,
     ) -> None:
         if interval <= 0:
             raise ValueError(f"the sampling interval must be positive, got {interval}")
@@ -93,6 +114,7 @@ class MetricsSampler:
         self._devices = devices
         self._use_nvml = use_nvml
         self.subscribers: list[Subscriber] = []
+        self.history = history if history is not None else MinuteHistory()
         self._backlog: deque[tuple[float, Snapshot]] = deque()
         # keyed by the stats object itself: a reloaded version has fresh stats counted from zero
         self._previous: dict[int, tuple[ModelStats, _Counters]] = {}
@@ -127,6 +149,7 @@ class MetricsSampler:
         elapsed = now - self._last_time if self._last_time is not None else 0.0
         first = self._last_time is None
         models = []
+        intervals = []
         seen: dict[int, tuple[ModelStats, _Counters]] = {}
         for served in sorted(self.server.served_versions(), key=lambda s: (s.name, s.version)):
             stats = served.stats
@@ -136,18 +159,26 @@ class MetricsSampler:
                 # at the very first sample, history before us is not this interval's; later, a new version starts at 0
                 before = (stats, current if first else _ZERO)
             seen[id(stats)] = (stats, current)
-            entry = _model_entry(stats, before[1], current, elapsed)
+            durations = _interval_durations(stats, current.success - before[1].success)
+            entry = _model_entry(stats, before[1], current, elapsed, durations)
             entry["state"] = getattr(getattr(served, "state", None), "value", None)
             models.append(entry)
+            intervals.append(current.interval_since(before[1], stats.name, durations))
         self._previous = seen
         self._last_time = now
         device_sample = devices if devices is not None else self.devices.sample()
+        wall = self.wall_clock()
         snapshot: Snapshot = {
-            "t": round(self.wall_clock() * 1000),
+            "t": round(wall * 1000),
             "interval": round(elapsed, 3),
             "models": models,
+            "server": _server_now(intervals, models, elapsed),
             "devices": device_sample.to_dict(),
         }
+        closed = self.history.add(wall, elapsed, intervals)
+        if closed is not None:
+            snapshot["minute"] = closed
+            snapshot["hour"] = self.history.summary()
         self._backlog.append((now, snapshot))
         self._trim(now)
         return snapshot
@@ -217,7 +248,18 @@ def narrow(snapshot: Snapshot, model: str | None) -> Snapshot:
     return {**snapshot, "models": [m for m in snapshot["models"] if m["name"] == model]}
 
 
-def _model_entry(stats: ModelStats, before: _Counters, now: _Counters, elapsed: float) -> dict[str, Any]:
+def _server_now(intervals: list[Interval], models: list[dict[str, Any]], elapsed: float) -> dict[str, Any]:
+    """The whole server over the interval: clients' requests (an ensemble's steps not counted again), the slowest
+    model's p99."""
+    p99s = [entry["latency_ms"]["p99"] for entry in models if entry["latency_ms"] is not None]
+    requests = sum(interval.client_requests for interval in intervals)
+    failures = sum(interval.client_failures for interval in intervals)
+    return server_figures(requests, failures, elapsed, max(p99s, default=None))
+
+
+def _model_entry(
+    stats: ModelStats, before: _Counters, now: _Counters, elapsed: float, durations: list[int]
+) -> dict[str, Any]:
     def rate(current: int, previous: int) -> float:
         return round((current - previous) / elapsed, 3) if elapsed > 0 else 0.0
 
@@ -231,7 +273,7 @@ def _model_entry(stats: ModelStats, before: _Counters, now: _Counters, elapsed: 
         "failure_per_s": rate(now.failure, before.failure),
         "inferences_per_s": rate(now.inferences, before.inferences),
         "executions_per_s": rate(now.executions, before.executions),
-        "latency_ms": _latency_percentiles(stats, new_successes),
+        "latency_ms": _latency_percentiles(durations),
         # the mean request latency of the interval's successes: means add up along an ensemble's steps
         "mean_latency_ms": _mean_ms(now.success_ns - before.success_ns, new_successes),
         "queue_ms": _mean_ms(now.queue_ns - before.queue_ns, queue_count),
@@ -251,16 +293,22 @@ def _model_entry(stats: ModelStats, before: _Counters, now: _Counters, elapsed: 
     }
 
 
-def _latency_percentiles(stats: ModelStats, new_successes: int) -> dict[str, float] | None:
-    """p50/p95/p99 request latency of the requests that succeeded since the previous sample, in ms.
+def _interval_durations(stats: ModelStats, new_successes: int) -> list[int]:
+    """Request durations (ns, sorted) of the requests that succeeded since the previous sample.
 
     `recent` grows by one entry per success, so the interval's requests are its last `new_successes` entries;
     counting them, rather than comparing timestamps, keeps this exact under any clock.
     """
     count = min(new_successes, len(stats.recent))
     if count <= 0:
+        return []
+    return sorted(entry[1] for entry in itertools.islice(reversed(stats.recent), count))
+
+
+def _latency_percentiles(durations: list[int]) -> dict[str, float] | None:
+    """p50/p95/p99 of `durations` (sorted), in ms; None without any."""
+    if not durations:
         return None
-    durations = sorted(entry[1] for entry in itertools.islice(reversed(stats.recent), count))
     return {f"p{p}": round(_nearest_rank(durations, p) / 1e6, 3) for p in PERCENTILES}
 
 

@@ -178,3 +178,47 @@ def test_it_splits_requests_by_the_front_end_they_came_through(clock):
     served.stats.record_failure(1_000_000, protocol="grpc")
     clock.advance(2.0)
     assert model(sampler.sample(devices=FIXED_DEVICES))["protocols"] == {"grpc": 2.0, "http": 3.0}
+
+
+def test_it_sums_the_whole_server_up_in_each_snapshot(clock):
+    fast, slow = Served("fast", 1), Served("slow", 1)
+    sampler, _ = make_sampler(clock, fast, slow)
+    sampler.sample(devices=FIXED_DEVICES)
+    run_batch(fast.stats, [1.0] * 6)
+    fast.stats.record_failure(1_000_000)
+    fast.stats.record_failure(1_000_000)
+    run_batch(slow.stats, [30.0] * 2)
+    clock.advance(2.0)
+    server = sampler.sample(devices=FIXED_DEVICES)["server"]
+    assert server == {"requests_per_s": 5.0, "failures_per_s": 1.0, "error_rate": 0.2, "p99_ms": 30.0}
+
+
+def test_it_counts_the_requests_an_ensemble_sends_its_steps_once(clock):
+    pipeline, step = Served("pipeline", 1), Served("step", 1)
+    sampler, _ = make_sampler(clock, pipeline, step)
+    sampler.sample(devices=FIXED_DEVICES)
+    for _ in range(4):
+        pipeline.stats.record_success(2_000_000, 0)
+        step.stats.record_success(1_000_000, 0, protocol="ensemble")
+    clock.advance(1.0)
+    snapshot = sampler.sample(devices=FIXED_DEVICES)
+    assert snapshot["server"]["requests_per_s"] == 4.0
+    assert model(snapshot, "step")["success_per_s"] == 4.0
+
+
+def test_it_hands_on_each_minute_as_it_closes_with_the_hours_figures(clock):
+    served = Served("m", 1)
+    clock.now = 600.0  # the start of a minute of the wall clock
+    sampler, _ = make_sampler(clock, served)
+    sampler.sample(devices=FIXED_DEVICES)
+    for _ in range(59):
+        run_batch(served.stats, [4.0] * 3)
+        clock.advance(1.0)
+        assert "minute" not in sampler.sample(devices=FIXED_DEVICES)
+    clock.advance(1.0)
+    closing = sampler.sample(devices=FIXED_DEVICES)
+    assert closing["minute"]["t"] == 600_000
+    assert closing["minute"]["requests_per_s"] == 3.0  # 59 sampled seconds, 3 requests each
+    assert closing["minute"]["models"]["m"]["p99_ms"] == 4.0
+    assert closing["hour"]["seconds"] == 60.0
+    assert sampler.history.minutes() == [closing["minute"]]

@@ -18,7 +18,7 @@ import numpy as np
 
 from engine.config import ModelConfig, TensorConfig
 from engine.errors import BackendError, InferaError, InvalidArgument
-from engine.stats import ENSEMBLE_PROTOCOL, ModelStats
+from engine.stats import ModelStats
 from engine.types import InferenceRequest, InferenceResponse
 
 Infer = Callable[[InferenceRequest], Awaitable[InferenceResponse]]
@@ -229,7 +229,7 @@ class EnsembleDispatcher:
             priority=request.priority,
             timeout_us=request.timeout_us,
             batch_size=request.batch_size,
-            protocol=ENSEMBLE_PROTOCOL,
+            protocol="ensemble",
         )
         began = time.monotonic()
         try:

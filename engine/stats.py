@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 
 # recent request latencies kept for percentiles; the sampler reads a one-second window of them
 LATENCY_WINDOW = 8192
-# the front end an ensemble's step requests are counted under: requests it sent, not a client's
-ENSEMBLE_PROTOCOL = "ensemble"
+# the front ends clients reach; every other protocol a request is counted under names a call made inside the server
+# (an ensemble's steps, BLS, shadow copies, warm-up, analyses)
+CLIENT_PROTOCOLS = frozenset({"http", "grpc"})
 
 
 @dataclass(slots=True)

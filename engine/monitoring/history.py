@@ -5,8 +5,9 @@ when a sample falls in a later minute. Latency goes into a histogram of buckets 
 so a minute's p99, or the hour's, is read from the merged counts of every request it saw rather than guessed from
 per-second percentiles (it is the bucket's upper edge, never above the slowest request seen).
 
-Requests an ensemble sent to its step models count for those models but not for the server: a client's one request
-to an ensemble is one request. The server's p99 is the slowest model's.
+The server's requests are those clients sent through a front end: the calls made inside the server (an ensemble's
+steps, BLS, shadow copies, warm-up) count for their models only, so a client's one request to an ensemble is one
+request. The server's p99 is the slowest model's.
 """
 
 from __future__ import annotations
@@ -74,8 +75,8 @@ class Interval:
     name: str
     successes: int
     failures: int
-    from_ensembles: int  # successes and failures an ensemble's steps sent (not a client's requests)
-    failures_from_ensembles: int
+    client_successes: int  # of those, the ones clients sent through a front end
+    client_failures: int
     durations_ns: Sequence[int] = ()  # of the interval's successes
 
     @property
@@ -84,11 +85,7 @@ class Interval:
 
     @property
     def client_requests(self) -> int:
-        return self.requests - self.from_ensembles
-
-    @property
-    def client_failures(self) -> int:
-        return self.failures - self.failures_from_ensembles
+        return self.client_successes + self.client_failures
 
 
 @dataclass(slots=True)

@@ -5,9 +5,9 @@ into rates, latency percentiles, queue and compute time and batch sizes for that
 every consumer (the WebSocket group, the page's backlog); a subscriber costs one call per snapshot.
 
 Each snapshot also carries `server`: the whole server's requests/s, failures/s, error rate and p99 (the slowest
-model's), counting a client's request to an ensemble once. The sampler keeps an hour of per-minute figures
-(engine/monitoring/history.py); the snapshot in which a minute closes carries that minute as `minute` and the
-hour's figures as `hour`.
+model's), counting only what clients sent through a front end (a request to an ensemble is one request). The
+sampler keeps an hour of per-minute figures (engine/monitoring/history.py); the snapshot in which a minute closes
+carries that minute as `minute` and the hour's figures as `hour`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.monitoring.devices import DeviceSample, DeviceSampler
 from engine.monitoring.history import Interval, MinuteHistory, server_figures
-from engine.stats import ENSEMBLE_PROTOCOL
+from engine.stats import CLIENT_PROTOCOLS
 
 if TYPE_CHECKING:
     from engine.server import InferenceServer
@@ -55,7 +55,8 @@ class _Counters:
     compute_ns: int
     batches: dict[int, int]  # batch size -> executions
     protocols: dict[str, int]  # front end -> requests answered (successes and failures)
-    ensemble_failures: int  # failures of the requests an ensemble's steps sent
+    client_success: int  # through a front end (not an ensemble's steps, BLS, shadow copies, warm-up, analyses)
+    client_failure: int
 
     @classmethod
     def read(cls, stats: ModelStats) -> _Counters:
@@ -71,7 +72,8 @@ class _Counters:
             compute_ns=stats.compute_input.ns + stats.compute_infer.ns + stats.compute_output.ns,
             batches={size: b.compute_infer.count for size, b in stats.batches.items()},
             protocols={name: sum(counts) for name, counts in stats.protocols.items()},
-            ensemble_failures=stats.protocols.get(ENSEMBLE_PROTOCOL, (0, 0))[1],
+            client_success=sum(counts[0] for name, counts in stats.protocols.items() if name in CLIENT_PROTOCOLS),
+            client_failure=sum(counts[1] for name, counts in stats.protocols.items() if name in CLIENT_PROTOCOLS),
         )
 
     def interval_since(self, before: _Counters, name: str, durations_ns: list[int]) -> Interval:
@@ -80,13 +82,13 @@ class _Counters:
             name=name,
             successes=self.success - before.success,
             failures=self.failure - before.failure,
-            from_ensembles=self.protocols.get(ENSEMBLE_PROTOCOL, 0) - before.protocols.get(ENSEMBLE_PROTOCOL, 0),
-            failures_from_ensembles=self.ensemble_failures - before.ensemble_failures,
+            client_successes=self.client_success - before.client_success,
+            client_failures=self.client_failure - before.client_failure,
             durations_ns=durations_ns,
         )
 
 
-_ZERO = _Counters(0, 0, 0, 0, 0, 0, 0, 0, 0, {}, {}, 0)
+_ZERO = _Counters(0, 0, 0, 0, 0, 0, 0, 0, 0, {}, {}, 0, 0)
 
 
 class MetricsSampler:
@@ -249,8 +251,8 @@ def narrow(snapshot: Snapshot, model: str | None) -> Snapshot:
 
 
 def _server_now(intervals: list[Interval], models: list[dict[str, Any]], elapsed: float) -> dict[str, Any]:
-    """The whole server over the interval: clients' requests (an ensemble's steps not counted again), the slowest
-    model's p99."""
+    """The whole server over the interval: clients' requests (not the calls an ensemble, BLS or a shadow makes inside
+    the server), the slowest model's p99."""
     p99s = [entry["latency_ms"]["p99"] for entry in models if entry["latency_ms"] is not None]
     requests = sum(interval.client_requests for interval in intervals)
     failures = sum(interval.client_failures for interval in intervals)

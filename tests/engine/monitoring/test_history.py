@@ -7,16 +7,14 @@ import pytest
 from engine.monitoring.history import Interval, LatencyHistogram, MinuteHistory
 
 
-def requests(
-    name: str, ok: int, failed: int = 0, latency_ms: float = 2.0, ensembles_sent: int = 0, ensembles_failed: int = 0
-) -> Interval:
-    """`ok` successes and `failed` failures of `name`, `ensembles_sent` of them from an ensemble's steps."""
+def requests(name: str, ok: int, failed: int = 0, latency_ms: float = 2.0, from_clients: bool = True) -> Interval:
+    """`ok` successes and `failed` failures of `name`, sent by clients or by a call inside the server."""
     return Interval(
         name=name,
         successes=ok,
         failures=failed,
-        from_ensembles=ensembles_sent,
-        failures_from_ensembles=ensembles_failed,
+        client_successes=ok if from_clients else 0,
+        client_failures=failed if from_clients else 0,
         durations_ns=[int(latency_ms * 1e6)] * ok,
     )
 
@@ -63,7 +61,7 @@ def test_it_computes_error_rate_and_the_slowest_models_p99():
 
 def test_it_counts_a_clients_request_to_an_ensemble_once():
     history = MinuteHistory()
-    pipeline = [requests("pipeline", 10, 1), requests("step", 10, 1, ensembles_sent=11, ensembles_failed=1)]
+    pipeline = [requests("pipeline", 10, 1), requests("step", 10, 1, from_clients=False)]
     history.add(0, 1.0, pipeline)
     closed = history.add(60, 1.0, [])
     assert closed["requests_per_s"] == 11.0

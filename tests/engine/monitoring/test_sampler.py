@@ -193,17 +193,19 @@ def test_it_sums_the_whole_server_up_in_each_snapshot(clock):
     assert server == {"requests_per_s": 5.0, "failures_per_s": 1.0, "error_rate": 0.2, "p99_ms": 30.0}
 
 
-def test_it_counts_the_requests_an_ensemble_sends_its_steps_once(clock):
+def test_it_counts_only_what_clients_sent_for_the_server(clock):
     pipeline, step = Served("pipeline", 1), Served("step", 1)
     sampler, _ = make_sampler(clock, pipeline, step)
     sampler.sample(devices=FIXED_DEVICES)
-    for _ in range(4):
+    for _ in range(2):
         pipeline.stats.record_success(2_000_000, 0)
-        step.stats.record_success(1_000_000, 0, protocol="ensemble")
+        pipeline.stats.record_success(2_000_000, 0, protocol="grpc")
+        for inside in ("ensemble", "ensemble", "bls", "shadow"):
+            step.stats.record_success(1_000_000, 0, protocol=inside)
     clock.advance(1.0)
     snapshot = sampler.sample(devices=FIXED_DEVICES)
     assert snapshot["server"]["requests_per_s"] == 4.0
-    assert model(snapshot, "step")["success_per_s"] == 4.0
+    assert model(snapshot, "step")["success_per_s"] == 8.0
 
 
 def test_it_hands_on_each_minute_as_it_closes_with_the_hours_figures(clock):

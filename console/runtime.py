@@ -131,7 +131,10 @@ class Runtime:
         self.server.drain()
         if "follow" in self.started:
             self.started.remove("follow")
-            await self.reconciler.stop()
+            try:
+                await self.reconciler.stop()
+            except Exception:  # the drain goes on: what matters now is the requests in flight
+                logger.exception("stopping the reconciler failed")
         if "grpc" in self.started and self.grpc is not None:
             self._grpc_stopping = asyncio.ensure_future(self.grpc.stop(self.grace_left()))
         await self.connections.drain()

@@ -42,9 +42,10 @@ class StandaloneApp:
         await self.server.start()
 
     async def _stop(self) -> None:
+        grace = self.server.settings.shutdown_grace_seconds
         if self.grpc is not None:
-            await self.grpc.stop()
-        await self.server.stop()
+            await self.grpc.stop(grace)
+        await self.server.stop(grace_seconds=grace)  # a model still busy after the grace is stopped
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":

@@ -6,7 +6,10 @@ import http.client
 import json
 import re
 import socket
+import time
 import urllib.parse
+
+import numpy as np
 
 from tests.conftest import ServerProcess
 from tests.engine.frontend.asgi_client import Answer
@@ -40,6 +43,34 @@ def infer_gated(server: ServerProcess, model: str = "gated", timeout: float = 12
         return ask(connection, "POST", f"/v2/models/{model}/infer", GATED_BODY)
     finally:
         connection.close()
+
+
+def grpc_infer(server: ServerProcess, model: str = "gated", timeout: float = 120.0) -> np.ndarray:
+    """One gRPC inference of INPUT0 = [[7.0]]; its OUTPUT0 (InferenceServerException when refused)."""
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(server.grpc_address)
+    tensor = grpcclient.InferInput("INPUT0", [1, 1], "FP32")
+    tensor.set_data_from_numpy(np.array([[7.0]], dtype=np.float32))
+    try:
+        return client.infer(model, [tensor], client_timeout=timeout).as_numpy("OUTPUT0")
+    finally:
+        client.close()
+
+
+def pending(server: ServerProcess, model: str) -> int:
+    """Requests waiting in the model's queue, from /metrics (-1 when the model is not there)."""
+    _, body = server.get("/metrics")
+    found = re.search(rb'nv_inference_pending_request_count\{model="%s",version="1"\} (\d+)' % model.encode(), body)
+    return int(found.group(1)) if found else -1
+
+
+def wait_for_pending(server: ServerProcess, model: str, count: int, timeout: float = 60.0) -> None:
+    """Poll /metrics until `count` requests wait in the model's queue; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while pending(server, model) != count:
+        assert time.monotonic() < deadline, f"the queue of '{model}' never held {count} requests"
+        time.sleep(0.05)  # polling, bounded by the deadline
 
 
 def read_answer(sock: socket.socket) -> Answer | None:

@@ -9,9 +9,10 @@ from __future__ import annotations
 import signal
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
+from typing import TypeVar
 
 import psutil
 import pytest
@@ -20,11 +21,21 @@ from websockets.sync.client import ClientConnection
 from websockets.sync.client import connect as websocket_connect
 
 from tests.conftest import ServerProcess, serve_process
-from tests.console.live_http import Answer, address, ask, connect, infer_gated, session_cookie
+from tests.console.live_http import (
+    Answer,
+    address,
+    ask,
+    connect,
+    grpc_infer,
+    infer_gated,
+    session_cookie,
+    wait_for_pending,
+)
 from tests.engine.gated_model import GatedModel
 
 pytestmark = pytest.mark.server
 
+T = TypeVar("T")
 DEADLINE_S = 60  # a bound on waiting for each event, never a pause
 
 
@@ -42,11 +53,17 @@ def gated_server(tmp_path, kind: str) -> Iterator[tuple[ServerProcess, GatedMode
         gated.close()
 
 
+def in_background(call: Callable[..., T], *args: object) -> Future[T]:
+    pool = ThreadPoolExecutor(1)
+    try:
+        return pool.submit(call, *args)
+    finally:
+        pool.shutdown(wait=False)
+
+
 def start_request(server: ServerProcess, gated: GatedModel) -> tuple[Future[Answer], int]:
     """An inference running in the model (its batch has started); its future answer and its stub's pid."""
-    pool = ThreadPoolExecutor(1)
-    answer = pool.submit(infer_gated, server)
-    pool.shutdown(wait=False)
+    answer = in_background(infer_gated, server)
     return answer, gated.wait_started(DEADLINE_S)
 
 
@@ -103,6 +120,8 @@ def test_it_drains_in_flight_requests_closes_sockets_unloads_and_exits_0(tmp_pat
         running, stub_pid = start_request(server, gated)
         spawned = children(server)
         assert stub_pid in [p.pid for p in spawned]
+        over_grpc = in_background(grpc_infer, server)  # a gRPC call too, queued behind the running batch
+        wait_for_pending(server, "gated", 1)
 
         server.process.send_signal(signal.SIGTERM)
         assert close_code(dashboard) == 1001  # "going away"
@@ -111,9 +130,10 @@ def test_it_drains_in_flight_requests_closes_sockets_unloads_and_exits_0(tmp_pat
         assert ready.status == 503 and ready.headers.get("connection") == "close"
         assert not running.done() and server.process.poll() is None  # the request still runs: nothing waits for it
 
-        gated.release()
+        gated.release(2)
         answer = running.result(timeout=DEADLINE_S)
         assert answer.status == 200 and answer.json()["outputs"][0]["data"] == [7.0]
+        assert over_grpc.result(timeout=DEADLINE_S).tolist() == [[7.0]]
         assert server.process.wait(timeout=DEADLINE_S) == 0, server.log()[-3000:]
     assert still_running(spawned) == []
     log = server.log()

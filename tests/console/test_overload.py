@@ -8,18 +8,14 @@ test opens (tests/engine/gated_model.py), so the queue is full exactly when the 
 from __future__ import annotations
 
 import json
-import re
-import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
-import numpy as np
 import pytest
-import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tests.conftest import ServerProcess, serve_process
-from tests.console.live_http import Answer, ask, connect, infer_gated
+from tests.console.live_http import Answer, ask, connect, grpc_infer, infer_gated, wait_for_pending
 from tests.engine.gated_model import GatedModel
 from tests.engine.model_factory import make_simple_onnx
 
@@ -49,36 +45,13 @@ def slow_server(request: pytest.FixtureRequest, tmp_path_factory) -> Iterator[tu
         gated.close()
 
 
-def pending(server: ServerProcess) -> int:
-    _, body = server.get("/metrics")
-    found = re.search(rb'nv_inference_pending_request_count\{model="slow",version="1"\} (\d+)', body)
-    return int(found.group(1)) if found else -1
-
-
-def wait_for_pending(server: ServerProcess, count: int) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while pending(server) != count:  # polling /metrics, bounded by the deadline
-        assert time.monotonic() < deadline, f"the queue of 'slow' never held {count} requests"
-        time.sleep(0.05)
-
-
 def fill_the_model(server: ServerProcess, gated: GatedModel, pool: ThreadPoolExecutor) -> list[Future[Answer]]:
     """One batch running in the model and QUEUE requests waiting: the next request finds the queue full."""
     taken = [pool.submit(infer_gated, server, "slow")]
     gated.wait_started(DEADLINE_S)
     taken += [pool.submit(infer_gated, server, "slow") for _ in range(QUEUE)]
-    wait_for_pending(server, QUEUE)
+    wait_for_pending(server, "slow", QUEUE)
     return taken
-
-
-def grpc_infer(server: ServerProcess) -> None:
-    client = grpcclient.InferenceServerClient(server.grpc_address)
-    tensor = grpcclient.InferInput("INPUT0", [1, 1], "FP32")
-    tensor.set_data_from_numpy(np.array([[7.0]], dtype=np.float32))
-    try:
-        client.infer("slow", [tensor], client_timeout=DEADLINE_S)
-    finally:
-        client.close()
 
 
 def test_it_sheds_a_burst_with_503_and_retry_after_and_recovers(slow_server):
@@ -91,14 +64,14 @@ def test_it_sheds_a_burst_with_503_and_retry_after_and_recovers(slow_server):
             message = refused.json()["error"]
             assert message.startswith("Exceeds maximum queue size: model 'slow' already has 2 requests waiting")
         with pytest.raises(InferenceServerException) as over_grpc:
-            grpc_infer(server)
+            grpc_infer(server, "slow")
         assert over_grpc.value.status() == "StatusCode.UNAVAILABLE"
         assert "Exceeds maximum queue size" in over_grpc.value.message()
 
         gated.release(1 + QUEUE)
         for answer in (future.result(timeout=DEADLINE_S) for future in taken):
             assert answer.status == 200 and answer.json()["outputs"][0]["data"] == [7.0]
-    wait_for_pending(server, 0)
+    wait_for_pending(server, "slow", 0)
     gated.release(1)
     assert infer_gated(server, "slow").status == 200  # no intervention: the next request is served
 

@@ -198,6 +198,7 @@ class ModelConfig:
     model_warmup: list[ModelWarmup] = field(default_factory=list)
     parameters: dict[str, str] = field(default_factory=dict)
     default_model_filename: str = ""
+    decoupled: bool = False  # model_transaction_policy { decoupled: true }: 0..N responses per request
 
     @property
     def backend_name(self) -> str:

@@ -67,6 +67,7 @@ def from_message(message: pb.ModelConfig) -> ModelConfig:
         model_warmup=[_warmup_from(w) for w in message.model_warmup],
         parameters={key: value.string_value for key, value in message.parameters.items()},
         default_model_filename=message.default_model_filename,
+        decoupled=message.model_transaction_policy.decoupled,
     )
 
 
@@ -236,6 +237,8 @@ def _build_message(config: ModelConfig) -> pb.ModelConfig:
         _fill_warmup(message.model_warmup.add(), warmup)
     for key, value in config.parameters.items():
         message.parameters[key].string_value = value
+    if config.decoupled:
+        message.model_transaction_policy.decoupled = True
     return message
 
 

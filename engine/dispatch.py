@@ -13,6 +13,7 @@ from engine.errors import BackendError, InferaError, Unavailable
 from engine.instances import ModelInstance
 from engine.schedulers.batcher import Batch, DynamicBatcher, PendingRequest, shape_key
 from engine.stats import ModelStats
+from engine.streams import StreamTimes
 from engine.types import InferenceRequest, InferenceResponse
 
 
@@ -167,6 +168,11 @@ class Dispatcher:
                 continue
             if isinstance(out, InferaError):  # this request's own error (a python model's error response)
                 p.future.set_exception(out)
+            elif p.request.stream is not None:  # a decoupled model's request is done at its final response
+                p.future.set_result(out)
+                if self.stats.streams is not None:
+                    self.stats.streams.opened()
+                p.request.stream.when_final(functools.partial(record_stream, self.stats, p, flight.start_ns))
             else:
                 p.future.set_result(out)
                 self.stats.record_success(done - p.enqueue_ns, flight.start_ns - p.enqueue_ns, done, p.request.protocol)
@@ -199,6 +205,18 @@ async def answer(pending: PendingRequest, stats: ModelStats, name: str, version:
         stats.record_failure(time.monotonic_ns() - pending.enqueue_ns, pending.request.protocol)
         raise
     return InferenceResponse(model_name=name, model_version=version, outputs=outputs, id=pending.request.id)
+
+
+def record_stream(stats: ModelStats, pending: PendingRequest, start_ns: int, times: StreamTimes) -> None:
+    """A streamed request's final response: counted as a success or (when its last response is an error) a
+    failure, its duration ending there."""
+    duration = times.ended_ns - pending.enqueue_ns
+    if times.failed:
+        stats.record_failure(duration, pending.request.protocol)
+    else:
+        stats.record_success(duration, start_ns - pending.enqueue_ns, times.ended_ns, pending.request.protocol)
+    if stats.streams is not None:
+        stats.streams.closed(times)
 
 
 async def wake_or_deadline(wake: asyncio.Event, deadlines: list[int]) -> None:

@@ -102,3 +102,9 @@ class LoadError(InferaError):
 
 class CodeRefused(Forbidden):
     """A load that would run code (a python model, a pickle) from a caller or on a server that does not allow it."""
+
+
+class DecoupledOnly(InferaError):
+    """A decoupled model asked for exactly one response (HTTP /infer, gRPC ModelInfer): Triton's UNSUPPORTED, 400."""
+
+    status = 400

@@ -22,6 +22,7 @@ from engine.instances import ModelInstance
 from engine.names import without_folders
 from engine.sequence_dispatch import SequenceDispatcher
 from engine.stats import ModelStats
+from engine.streams import StreamStats
 from engine.types import InferenceRequest, InferenceResponse
 
 log = logging.getLogger("infera.engine")
@@ -152,9 +153,14 @@ class ServedVersion:
         self.state = ModelState.LOADING
         self.reason = ""
         self.stats = ModelStats(self.name, version)
+        if config.decoupled:
+            self.stats.streams = StreamStats()
         self.instances: list[ModelInstance] = []
         self.dispatcher: Dispatcher | None = None
         self.inflight = 0
+        self.open_streams = 0  # a decoupled model's requests past execute whose final response has not come
+        self._streams_closed = asyncio.Event()
+        self._streams_closed.set()
         self.cancelled = False
         self._drained = asyncio.Event()
         self._drained.set()
@@ -255,36 +261,52 @@ class ServedVersion:
         self.inflight += 1
         self._drained.clear()
         try:
-            return await self.dispatcher.submit(request)
+            response = await self.dispatcher.submit(request)
         finally:
             self.inflight -= 1
             if not self.inflight:
                 self._drained.set()
+        if request.stream is not None:  # the version keeps serving it until its final response
+            self.open_streams += 1
+            self._streams_closed.clear()
+            request.stream.when_final(self._stream_ended)
+        return response
+
+    def _stream_ended(self, _: Any) -> None:
+        self.open_streams -= 1
+        if not self.open_streams:
+            self._streams_closed.set()
 
     async def unload(self) -> None:
         """Stop new traffic, let in-flight requests finish, then release the runtime."""
         self.state = ModelState.UNLOADING
         if isinstance(self.dispatcher, SequenceDispatcher):
             # live sequences finish here (new ones start on the version that replaced this one), within a limit
-            waits = [self.dispatcher.no_sequences.wait(), self._stop_draining.wait()]
-            tasks = [asyncio.ensure_future(w) for w in waits]
-            done, pending = await asyncio.wait(tasks, timeout=SEQUENCE_DRAIN_SECONDS, return_when="FIRST_COMPLETED")
-            for task in pending:
-                task.cancel()
-            if not done:
-                log.warning(
-                    "model '%s' version %s unloads with %d live sequences after %s s",
-                    self.name,
-                    self.version,
-                    self.dispatcher.batcher.live,
-                    SEQUENCE_DRAIN_SECONDS,
-                )
+            await self._wait_or_stop(self.dispatcher.no_sequences, "live sequences")
         await self._drained.wait()
+        if self.open_streams:
+            # open streams (a generation under way) finish on this version, within the same limit as sequences
+            await self._wait_or_stop(self._streams_closed, f"{self.open_streams} open streams")
         if self.dispatcher is not None:
             await self.dispatcher.stop()
         await self._release()
         self.state = ModelState.UNAVAILABLE
         self.reason = "unloaded"
+
+    async def _wait_or_stop(self, event: asyncio.Event, what: str) -> None:
+        """Until `event`, the server stopping, or SEQUENCE_DRAIN_SECONDS (then unload anyway, with a warning)."""
+        tasks = [asyncio.ensure_future(event.wait()), asyncio.ensure_future(self._stop_draining.wait())]
+        done, pending = await asyncio.wait(tasks, timeout=SEQUENCE_DRAIN_SECONDS, return_when="FIRST_COMPLETED")
+        for task in pending:
+            task.cancel()
+        if not done:
+            log.warning(
+                "model '%s' version %s unloads with %s after %s s",
+                self.name,
+                self.version,
+                what,
+                SEQUENCE_DRAIN_SECONDS,
+            )
 
     def abort(self) -> None:
         """Stop every instance's out-of-process work at once (see Backend.abort); never blocks."""

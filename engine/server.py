@@ -19,7 +19,7 @@ from engine.config_format import config_to_dict, parse_config_json
 from engine.custom_metrics import CustomMetrics
 from engine.devices import gpu_count
 from engine.ensemble import EnsemblePlan
-from engine.errors import Forbidden, InferaError, InvalidArgument, LoadError, ModelNotFound
+from engine.errors import DecoupledOnly, Forbidden, InferaError, InvalidArgument, LoadError, ModelNotFound
 from engine.lifecycle import ModelManager, ModelState, ModelStatus, ServedVersion, VersionStatus
 from engine.log_settings import LogSettings
 from engine.model_services import ModelServices
@@ -27,6 +27,7 @@ from engine.names import check_model_name, normalise_files
 from engine.repository import ModelRepository, complete_config, resolve_config, select_versions
 from engine.settings import EngineSettings
 from engine.shared_memory import SharedMemoryRegistry
+from engine.streams import ResponseStream
 from engine.tracing import Tracer
 from engine.traffic import TrafficPolicy, TrafficState, check_policy, policy_from_dict
 from engine.types import InferenceRequest, InferenceResponse
@@ -365,6 +366,21 @@ class InferenceServer:
             served = [self.manager.get(name, version)]
         return {"model_stats": [s.stats.to_dict() for s in served]}
 
+    async def infer_stream(self, request: InferenceRequest) -> ResponseStream:
+        """Run a request whose responses are read as a stream: a decoupled model's (any number, sent as the model
+        makes them), or any other model's (exactly one). Requests that name no version go to the served one."""
+        served = self.manager.route(request)
+        if not served.config.decoupled:
+            response = await self.infer(request)
+            stream = ResponseStream(started_ns=request.arrival_ns or None)
+            stream.model_version = response.model_version
+            stream.send(response.outputs, final=True)
+            return stream
+        stream = request.stream = ResponseStream(started_ns=request.arrival_ns or None)
+        stream.model_version = served.version
+        await served.infer(request)
+        return stream
+
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
         state = self.traffic.get(request.model_name)
         if (
@@ -373,8 +389,13 @@ class InferenceServer:
             or request.model_version is not None
             or request.sequence_id not in (0, "")  # a sequence stays on one version: the active one
         ):
-            return await self.manager.route(request).infer(request)
+            served = self.manager.route(request)
+            if served.config.decoupled and request.stream is None:
+                raise _decoupled_only(request.model_name)
+            return await served.infer(request)
         active = self.manager.get(request.model_name)
+        if active.config.decoupled:
+            raise _decoupled_only(request.model_name)
         if state.policy.mode == "canary":
             version = state.router.choose(request.parameters, active.version)
             if version == active.version or not self.model_ready(request.model_name, version):
@@ -501,3 +522,10 @@ __all__ = [
     "check_policy",
     "policy_from_dict",
 ]
+
+
+def _decoupled_only(model: str) -> DecoupledOnly:
+    return DecoupledOnly(
+        f"model '{model}' is decoupled (it sends any number of responses per request): call it through "
+        f"POST /v2/models/{model}/generate_stream or gRPC ModelStreamInfer"
+    )

@@ -5,6 +5,10 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from engine.streams import StreamStats
 
 # recent request latencies kept for percentiles; the sampler reads a one-second window of them
 LATENCY_WINDOW = 8192
@@ -69,6 +73,8 @@ class ModelStats:
         self.protocols: dict[str, list[int]] = {}
         # (finish time ns, request duration ns, queue ns) of recent successful requests
         self.recent: deque[tuple[int, int, int]] = deque(maxlen=LATENCY_WINDOW)
+        # a decoupled model's streams (time to first response, responses, in flight); None for other models
+        self.streams: StreamStats | None = None
 
     def record_batch(self, batch_size: int, times: ComputeTimes, request_count: int) -> None:
         """One execution of `request_count` requests holding `batch_size` inferences."""
@@ -105,8 +111,8 @@ class ModelStats:
         counts[which] += 1
 
     def to_dict(self) -> dict:
-        """The `model_stats` entry Triton's statistics extension returns."""
-        return {
+        """The `model_stats` entry Triton's statistics extension returns (a decoupled model's adds its streams)."""
+        entry = {
             "name": self.name,
             "version": str(self.version),
             "last_inference": self.last_inference_ms,
@@ -133,3 +139,6 @@ class ModelStats:
             ],
             "memory_usage": [],
         }
+        if self.streams is not None:
+            entry["stream_stats"] = self.streams.to_dict()
+        return entry

@@ -9,6 +9,7 @@ with none of that protection.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import logging
@@ -23,6 +24,7 @@ import numpy as np
 
 from engine.backends import register_backend
 from engine.backends.base import Backend
+from engine.backends.python_channel import ChannelClosed
 from engine.backends.python_host import EngineModelHost
 from engine.backends.python_model import ModelCodeError, ModelRunner, RequestData, ResponseData, describe
 from engine.backends.python_process import StubDied, StubProcess, stub_environment
@@ -30,6 +32,7 @@ from engine.config import ModelConfig
 from engine.config_format import config_to_dict, parse_config_json
 from engine.datatypes import config_to_wire, numpy_dtype
 from engine.errors import BackendError, InferaError, InvalidArgument, LoadError, NotFound, Unavailable, Unsupported
+from engine.streams import ResponseStream, StreamClosed
 from engine.types import InferenceRequest
 
 log = logging.getLogger("infera.engine")
@@ -133,6 +136,10 @@ class PythonBackend(Backend):
         self._stub: StubProcess | None = None
         self._restart_lock = threading.Lock()
         self._closing = False
+        # a decoupled model's open requests, by the number their responses come back under
+        self._streams: dict[int, ResponseStream] = {}
+        self._stream_numbers = itertools.count(1)
+        self.host.on_response = self._deliver
         if self.mode == IN_PROCESS:
             self.runner = ModelRunner(
                 self.model_path, module_name(self.config, self.version_path), self.config.name, self.host
@@ -200,6 +207,7 @@ class PythonBackend(Backend):
     def _stub_died(self, reason: str) -> None:
         """From the stub's reader thread: note why, and start a new stub unless the version is leaving."""
         self.failure = reason
+        self._fail_streams(f"model '{self.config.name}' instance '{self.context.instance_name}' failed: {reason}")
         log.warning(
             "instance '%s' of model '%s' failed: %s; restarting it",
             self.context.instance_name,
@@ -257,11 +265,55 @@ class PythonBackend(Backend):
                 correlation_id=request.sequence_id,
                 flags=(1 if request.sequence_start else 0) | (2 if request.sequence_end else 0),
             )
+            if request.stream is not None:
+                data.stream = self._open_stream(request.stream)
+                data.cancelled = request.stream.cancelled  # in process the model reads the stream's own flag
             deadline = (
                 (request.arrival_ns or time.monotonic_ns()) + request.timeout_us * 1000 if request.timeout_us else None
             )
             prepared.append((data, deadline))
         return prepared
+
+    # ---- decoupled models: responses through each request's sender
+
+    def _open_stream(self, stream: ResponseStream) -> int:
+        number = next(self._stream_numbers)
+        self._streams[number] = stream
+        stream.on_cancel = functools.partial(self._cancel, number)
+        return number
+
+    def _deliver(self, number: int, response: ResponseData | None, final: bool) -> None:
+        """A response the model sent (from its stub's message, or its own thread in process) to its stream."""
+        stream = self._streams.pop(number, None) if final else self._streams.get(number)
+        if stream is None:
+            return  # the request failed or its version stopped meanwhile
+        try:
+            if response is None:
+                stream.send(final=final)
+            else:
+                outputs = self._outputs_of(response)
+                if isinstance(outputs, InferaError):
+                    stream.send(error=outputs, final=final)
+                else:
+                    stream.send(outputs, final=final)
+        except StreamClosed:
+            pass
+
+    def _cancel(self, number: int) -> None:
+        """The client of a streamed request went away: a stub is told; in process the model reads the flag."""
+        stub = self._stub
+        if self.mode != IN_PROCESS and stub is not None and stub.channel is not None:
+            try:
+                stub.channel.send({"op": "cancel", "stream": number})
+            except ChannelClosed:
+                pass
+
+    def _fail_streams(self, reason: str, numbers: list[int] | None = None) -> None:
+        """End open streams (all, or `numbers`) with an error: their model will not answer them any more."""
+        for number in list(self._streams) if numbers is None else numbers:
+            stream = self._streams.pop(number, None)
+            if stream is not None:
+                stream.fail(BackendError(reason))
 
     def prepare(self, requests: list[dict[str, np.ndarray]]) -> list[tuple[RequestData, float | None]]:
         return [(RequestData(inputs=inputs, requested_outputs=self._output_names), None) for inputs in requests]
@@ -275,8 +327,15 @@ class PythonBackend(Backend):
                 deadlines = [deadline for _, deadline in batch]
                 limit = max(deadlines) if deadlines and all(d is not None for d in deadlines) else None
                 responses = self._execute_in_stub(requests, limit)
-        except ModelCodeError as exc:
+        except (ModelCodeError, InferaError) as exc:
+            streams = [data.stream for data in requests if data.stream]
+            if streams:  # the requests fail as a whole: their streams will get nothing more
+                self._fail_streams(str(exc), streams)
+            if isinstance(exc, InferaError):
+                raise
             raise BackendError(str(exc)) from None
+        if self.config.decoupled:
+            return [{} for _ in requests]  # answered through their streams, now or later
         return [self._outputs_of(response) for response in responses]
 
     def _execute_in_stub(self, requests: list[RequestData], deadline_ns: float | None) -> list[ResponseData]:
@@ -296,6 +355,7 @@ class PythonBackend(Backend):
                     "parameters": data.parameters,
                     "correlation_id": data.correlation_id,
                     "flags": data.flags,
+                    "stream": data.stream,
                 }
             )
         timeout = None if deadline_ns is None else max((deadline_ns - time.monotonic_ns()) / 1e9, 0.0)
@@ -374,6 +434,8 @@ class PythonBackend(Backend):
 
     def unload(self) -> None:
         self._closing = True
+        if getattr(self, "_streams", None):
+            self._fail_streams(f"model '{self.config.name}' is unloading; its open streams end here")
         if getattr(self, "mode", None) == IN_PROCESS:
             try:
                 self.runner.finalize()

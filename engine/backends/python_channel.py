@@ -8,6 +8,7 @@ server must never unpickle what it sends.
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
 import mmap
@@ -116,9 +117,13 @@ class Channel:
         with self._send_lock:
             self._used = 0
 
-    def send(self, header: dict[str, Any], arrays: list[np.ndarray] | tuple[()] = ()) -> None:
+    def send(self, header: dict[str, Any], arrays: list[np.ndarray] | tuple[()] = (), *, inline: bool = False) -> None:
+        """`inline` carries the tensors in the message itself, for messages that may outlive the region's reset
+        (a decoupled model's responses, sent whenever it likes)."""
         with self._send_lock:
-            if arrays:
+            if arrays and inline:
+                header = dict(header, inline=[_inline(array) for array in arrays])
+            elif arrays:
                 header = dict(header, arrays=[self._write(array) for array in arrays])
             data = _dumps(header)
             try:
@@ -132,6 +137,7 @@ class Channel:
             raise ChannelClosed(f"a message header of {length} bytes is over the limit")
         header = _loads(self._read_exactly(length))
         arrays = [self._read(descriptor) for descriptor in header.pop("arrays", [])]
+        arrays += [_from_inline(descriptor) for descriptor in header.pop("inline", [])]
         return header, arrays
 
     def readable(self, timeout: float | None) -> bool:
@@ -190,6 +196,20 @@ class Channel:
         dtype = numpy_dtype(descriptor["dtype"])
         count = nbytes // dtype.itemsize
         return np.frombuffer(view, dtype=dtype, count=count, offset=offset).reshape(shape).copy()
+
+
+def _inline(array: np.ndarray) -> dict[str, Any]:
+    wire = wire_type_of(array)
+    payload = _bytes_payload(array) if wire == "BYTES" else np.ascontiguousarray(array).tobytes()
+    return {"dtype": wire, "shape": list(array.shape), "data": base64.b64encode(payload).decode("ascii")}
+
+
+def _from_inline(descriptor: dict[str, Any]) -> np.ndarray:
+    raw = base64.b64decode(descriptor["data"])
+    shape = [int(d) for d in descriptor["shape"]]
+    if descriptor["dtype"] == "BYTES":
+        return _bytes_array(raw, shape)
+    return np.frombuffer(raw, dtype=numpy_dtype(descriptor["dtype"])).reshape(shape).copy()
 
 
 def _bytes_payload(array: np.ndarray) -> bytes:

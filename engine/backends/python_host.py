@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+from collections.abc import Callable
 
 from engine.backends import python_utils as pb_utils
 from engine.backends.python_model import bls_responses, model_call
@@ -28,6 +29,8 @@ class EngineModelHost:
         self.owner = f"{model_name}/{instance_name}"
         self.services = services
         self.metrics: CustomMetrics = services.metrics if services is not None else CustomMetrics()
+        # a decoupled model's responses go to the backend, which knows the streams (set by engine.backends.python)
+        self.on_response: Callable[[int, ModelCallResult | None, bool], None] | None = None
 
     # ---- plain data (what a stub's messages carry)
 
@@ -54,6 +57,11 @@ class EngineModelHost:
 
     def log(self, level: int, message: str) -> None:
         model_log.log(level, "[%s] %s", self.model_name, message)
+
+    def respond(self, stream: int, response: ModelCallResult | None, final: bool) -> None:
+        """One response of a decoupled model's request (None: a flags-only final)."""
+        if self.on_response is not None:
+            self.on_response(stream, response, final)
 
     # ---- pb_utils.ModelHost (in-process models)
 

@@ -8,10 +8,12 @@ Kept free of the engine's serving side so a stub imports only this, pb_utils and
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import inspect
 import json
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +40,8 @@ class RequestData:
     parameters: str = "{}"  # JSON text, as pb_utils.InferenceRequest.parameters() gives it
     correlation_id: int | str = 0
     flags: int = 0
+    stream: int = 0  # a decoupled model's request: the number its responses go back under (0: not decoupled)
+    cancelled: threading.Event | None = None  # set when the client gives up on a streamed request
 
 
 # one response of a python model is the same plain data as one answer to a BLS call: outputs, or an error
@@ -65,11 +69,14 @@ class ModelRunner:
         self.model: Any = None
         self.module: ModuleType | None = None
         self.is_async = False
+        self.decoupled = False  # model_transaction_policy { decoupled: true }: responses go through senders
 
     def load(self, args: dict[str, str]) -> None:
         """Import model.py and run `initialize(args)`; ModelCodeError with the reason otherwise."""
         model_class = self._model_class()
         self.is_async = inspect.iscoroutinefunction(getattr(model_class, "execute", None))
+        config = json.loads(args.get("model_config") or "{}")
+        self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
         try:
             self.model = model_class()
             if hasattr(self.model, "initialize"):
@@ -98,7 +105,11 @@ class ModelRunner:
         return completed.as_dict()
 
     def execute(self, requests: list[RequestData]) -> list[ResponseData]:
-        """Run one batch of requests; ModelCodeError when execute raises or answers the wrong number."""
+        """Run one batch of requests; ModelCodeError when execute raises or answers the wrong number.
+
+        A decoupled model answers through each request's response sender, now or later: nothing is returned here;
+        when its execute raises, every request it has not finished gets the error as its last response.
+        """
         batch = [self._request(data) for data in requests]
         try:
             if self.is_async:
@@ -106,7 +117,18 @@ class ModelRunner:
             else:
                 responses = self._call(self.model.execute, batch)
         except Exception as exc:
+            if self.decoupled:
+                self._fail_unfinished(batch, f"model '{self.model_name}' raised {describe(exc)}")
+                return []
             raise ModelCodeError(f"model '{self.model_name}' raised {describe(exc)}") from exc
+        if self.decoupled:
+            if responses is not None:
+                self._fail_unfinished(
+                    batch,
+                    f"execute() of the decoupled model '{self.model_name}' must return None and send its responses "
+                    "through each request's response sender",
+                )
+            return []
         if not isinstance(responses, (list, tuple)) or len(responses) != len(batch):
             count = len(responses) if isinstance(responses, (list, tuple)) else type(responses).__name__
             raise ModelCodeError(
@@ -157,7 +179,7 @@ class ModelRunner:
         return module
 
     def _request(self, data: RequestData) -> pb_utils.InferenceRequest:
-        return pb_utils.InferenceRequest(
+        request = pb_utils.InferenceRequest(
             request_id=data.request_id,
             correlation_id=data.correlation_id,
             inputs=[pb_utils.Tensor(name, array) for name, array in data.inputs.items()],
@@ -166,6 +188,28 @@ class ModelRunner:
             flags=data.flags,
             parameters=data.parameters,
         )
+        if data.stream:
+            cancelled = data.cancelled or threading.Event()
+            request._cancelled = cancelled
+            request._response_sender = pb_utils.InferenceResponseSender(
+                lambda response, final, stream=data.stream: self._deliver(stream, response, final),
+                cancelled,
+                data.requested_outputs,
+            )
+        return request
+
+    def _deliver(self, stream: int, response: pb_utils.InferenceResponse | None, final: bool) -> None:
+        """A response sender's response, as plain data, to the server (from whichever thread the model sends)."""
+        self.host.respond(stream, None if response is None else self._response(response), final)
+
+    def _fail_unfinished(self, batch: list[pb_utils.InferenceRequest], message: str) -> None:
+        """End every request whose sender is still open with `message` as its last response."""
+        error = pb_utils.InferenceResponse(error=pb_utils.TritonError(message))
+        for request in batch:
+            sender = request._response_sender
+            if sender is not None and not sender.is_closed():
+                with contextlib.suppress(pb_utils.TritonModelException):  # closed meanwhile by another thread
+                    sender.send(error, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
     def _response(self, response: Any) -> ResponseData:
         if not isinstance(response, pb_utils.InferenceResponse):

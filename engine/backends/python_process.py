@@ -192,6 +192,12 @@ class StubProcess:
             self.host.release(header["name"])
         elif op == "log":
             self.host.log(int(header.get("level", logging.INFO)), str(header.get("message", "")))
+        elif op == "response":
+            response = None
+            if "outputs" in header:
+                outputs = dict(zip(header["outputs"], arrays, strict=True))
+                response = ModelCallResult(outputs, header.get("error", ""), int(header.get("code", 0)))
+            self.host.respond(int(header["stream"]), response, bool(header.get("final")))
         else:
             log.warning("model stub %s sent an unknown message '%s'", self.label, op)
 

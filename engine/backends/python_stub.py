@@ -13,13 +13,21 @@ import asyncio
 import os
 import socket
 import sys
+import threading
 from typing import Any
 
 import numpy as np
 
 from engine.backends import python_utils as pb_utils
 from engine.backends.python_channel import Channel, ChannelClosed, Exchange, Region
-from engine.backends.python_model import ModelCodeError, ModelRunner, RequestData, bls_responses, model_call
+from engine.backends.python_model import (
+    ModelCodeError,
+    ModelRunner,
+    RequestData,
+    ResponseData,
+    bls_responses,
+    model_call,
+)
 from engine.types import ModelCallResult
 
 
@@ -28,6 +36,7 @@ class StubHost:
 
     def __init__(self, exchange: Exchange) -> None:
         self.exchange = exchange
+        self.cancels: dict[int, threading.Event] = {}  # the streamed requests still open, by stream number
 
     def _call_message(self, request: pb_utils.InferenceRequest) -> tuple[dict[str, Any], list[np.ndarray]]:
         call = model_call(request)
@@ -91,6 +100,17 @@ class StubHost:
     def log(self, level: int, message: str) -> None:
         self.exchange.channel.send({"op": "log", "level": level, "message": message})
 
+    def respond(self, stream: int, response: ResponseData | None, final: bool) -> None:
+        # tensors travel inside the message: a stream's responses outlive the execute whose region they would use
+        header: dict[str, Any] = {"op": "response", "stream": stream, "final": final}
+        arrays: list[np.ndarray] = []
+        if response is not None:
+            header |= {"outputs": list(response.outputs), "error": response.error, "code": response.code}
+            arrays = [np.asarray(array) for array in response.outputs.values()]
+        if final:
+            self.cancels.pop(stream, None)
+        self.exchange.channel.send(header, arrays, inline=True)
+
 
 def _call_results(header: dict[str, Any], arrays: list[np.ndarray]) -> list[pb_utils.InferenceResponse]:
     results = []
@@ -119,6 +139,11 @@ class Stub:
 
     def _handle(self, header: dict[str, Any], arrays: list[np.ndarray]) -> None:
         op = header.get("op")
+        if op == "cancel":  # the client of a streamed request went away: the model sees request.is_cancelled()
+            event = self.host.cancels.get(int(header["stream"]))
+            if event is not None:
+                event.set()
+            return
         if op not in ("load", "auto_complete", "execute", "finalize"):
             return
         try:
@@ -159,6 +184,8 @@ class Stub:
             names = entry["inputs"]
             inputs = dict(zip(names, arrays[position : position + len(names)], strict=True))
             position += len(names)
+            stream = int(entry.get("stream", 0))
+            cancelled = self.host.cancels.setdefault(stream, threading.Event()) if stream else None
             requests.append(
                 RequestData(
                     inputs=inputs,
@@ -167,6 +194,8 @@ class Stub:
                     parameters=entry.get("parameters", "{}"),
                     correlation_id=entry.get("correlation_id", 0),
                     flags=int(entry.get("flags", 0)),
+                    stream=stream,
+                    cancelled=cancelled,
                 )
             )
         responses = self.runner.execute(requests)

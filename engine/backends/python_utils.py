@@ -15,7 +15,7 @@ import contextvars
 import json
 import logging
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, Protocol
 
 import numpy as np
@@ -51,6 +51,10 @@ class ModelHost(Protocol):
     def metric_release(self, family: MetricFamily) -> None: ...
 
     def log(self, level: int, message: str) -> None: ...
+
+    def respond(self, stream: int, response: Any, final: bool) -> None:
+        """One response of a decoupled model's request (`stream` names it); `response` is plain data or None."""
+        ...
 
 
 _current_host: contextvars.ContextVar[ModelHost | None] = contextvars.ContextVar("infera_model_host", default=None)
@@ -234,8 +238,8 @@ class InferenceRequest:
         self._timeout = timeout
         self._preferred_memory = preferred_memory
         self._parameters = _parameters_json(parameters)
-        self._cancelled = False
-        self._response_sender: Any = None
+        self._cancelled: threading.Event | None = None  # set by the server when the client goes away
+        self._response_sender: InferenceResponseSender | None = None
 
     def inputs(self) -> list[Tensor]:
         return self._inputs
@@ -270,9 +274,10 @@ class InferenceRequest:
         return self._timeout
 
     def is_cancelled(self) -> bool:
-        return self._cancelled
+        """Whether the client gave up on this request (it disconnected): a decoupled model may stop sending."""
+        return self._cancelled is not None and self._cancelled.is_set()
 
-    def get_response_sender(self) -> Any:
+    def get_response_sender(self) -> InferenceResponseSender:
         if self._response_sender is None:
             raise TritonModelException(
                 "this request has no response sender: only decoupled models (model_transaction_policy "
@@ -300,6 +305,54 @@ class InferenceRequest:
 async def _aiter(responses: list[InferenceResponse]) -> AsyncIterator[InferenceResponse]:
     for response in responses:
         yield response
+
+
+class InferenceResponseSender:
+    """Sends the responses of one request of a decoupled model, from any thread, until the final flag.
+
+    `deliver(response, final)` hands each one to the server; `requested` prunes outputs to those the client asked
+    for, as Triton does.
+    """
+
+    def __init__(
+        self,
+        deliver: Callable[[InferenceResponse | None, bool], None],
+        cancelled: threading.Event,
+        requested: list[str] | None = None,
+    ) -> None:
+        self._deliver = deliver
+        self._cancelled = cancelled
+        self._requested = set(requested or [])
+        self._closed = False
+        self._lock = threading.Lock()
+
+    def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
+        """One response (flags 0), or the last (TRITONSERVER_RESPONSE_COMPLETE_FINAL), with or without outputs."""
+        if flags not in (0, TRITONSERVER_RESPONSE_COMPLETE_FINAL):
+            raise TritonModelException("Unable to send response. Unsupported flag provided.")
+        if flags == 0 and response is None:
+            raise TritonModelException(
+                "Inference Response object must be provided when the response flags is set to zero."
+            )
+        if response is not None and not isinstance(response, InferenceResponse):
+            raise TritonModelException(
+                f"Unable to send response. Expected a pb_utils.InferenceResponse, got {type(response).__name__}."
+            )
+        with self._lock:
+            if self._closed:
+                raise TritonModelException("Unable to send response. Response sender has been closed.")
+            self._closed = flags == TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        if response is not None and self._requested and not response.has_error():
+            kept = [t for t in response.output_tensors() if t.name() in self._requested]
+            response = InferenceResponse(kept, parameters=response.parameters())
+        self._deliver(response, self._closed)
+
+    def is_cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    def is_closed(self) -> bool:
+        with self._lock:
+            return self._closed
 
 
 class InferenceResponse:

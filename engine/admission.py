@@ -15,6 +15,7 @@ from pathlib import Path
 
 from engine.backends import get_backend
 from engine.config import ModelConfig, VersionPolicy
+from engine.config_validate import validate_config
 from engine.datatypes import config_to_wire, numpy_dtype
 from engine.errors import CodeRefused, Forbidden, InferaError, InvalidArgument, LoadError
 from engine.lifecycle import trial_load
@@ -157,6 +158,27 @@ def check_admissible(
     check_model_name(name)
     resolved, _ = resolve_config(name, Path(version_dir).parent, Path(version_dir), config, override)
     check_code(resolved, caller, settings)
+    return resolved
+
+
+def check_config(
+    name: str, version_dir: Path, config: ModelConfig, caller: Principal, settings: EngineSettings
+) -> ModelConfig:
+    """A config edited for a stored version, checked as its load would check it, with nothing loaded: the name, the
+    code decision, completion against the model file (where that runs no code) and validation, the limits.
+
+    Returns the effective config. Quick enough to answer as someone types; saving it still trial-loads (`admit`).
+    """
+    resolved = check_admissible(name, version_dir, config, caller, settings)
+    if code_reason(resolved) is None:
+        try:
+            resolved = complete_config(name, Path(version_dir).parent, Path(version_dir), resolved)
+        except InferaError:
+            validate_config(resolved)  # a mistake in the config itself explains more than the model disagreeing
+            raise
+    else:
+        validate_config(resolved)  # completing it would run the model's code: that waits for the sandboxed trial
+    check_limits(resolved, settings.limits)
     return resolved
 
 

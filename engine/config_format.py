@@ -28,6 +28,7 @@ __all__ = [
     "config_to_pbtxt",
     "merge_config",
     "read_config_file",
+    "replacing_override",
 ]
 
 # the files a model folder may keep its config in
@@ -101,6 +102,12 @@ def merge_config(base: ModelConfig, override: dict[str, Any], source: str = "con
         else:
             setattr(merged, field.name, getattr(patch, field.name))
     return from_message(merged)
+
+
+def replacing_override(config: ModelConfig) -> dict[str, Any]:
+    """An override (see merge_config) that turns any base into `config`: every top-level field, null where unset."""
+    given = config_to_dict(config)
+    return {field.name: given.get(field.name) for field in pb.ModelConfig.DESCRIPTOR.fields}
 
 
 # --- parsing helpers -----------------------------------------------------------------------------------

@@ -156,6 +156,13 @@ class ModelVersion(models.Model):
         self.should_load = False
         self.save(update_fields=["should_load", "state_changed_at"])
 
+    def reconfigure(self, config: dict[str, Any]) -> None:
+        """Serve with another config: PENDING until the engine has reloaded it (READY) or refused it (FAILED)."""
+        self.config = config
+        if self.should_load:
+            self.state, self.error = VersionState.PENDING, ""
+        self.save(update_fields=["config", "state", "error", "state_changed_at"])
+
     def fail(self, reason: str) -> None:
         """It could not load (trial load, engine load, a bad config): FAILED with the reason."""
         self.state, self.error = VersionState.FAILED, reason

@@ -313,9 +313,12 @@ def add_version_from_files(
     return _new_active_version(actor, model, write, override, notes="loaded through /v2")
 
 
-def add_version_with_config(actor: Any, model: RegisteredModel, override: dict) -> ModelVersion:
-    """A /v2 repository load with a config for a registered model: its active files with that config, as a new
-    version (audited) made active, so the old version and its config stay for a rollback."""
+def add_version_with_config(
+    actor: Any, model: RegisteredModel, override: dict, notes: str = "config changed through /v2"
+) -> ModelVersion:
+    """A /v2 repository load with a config for a registered model (or the console's config editor and analyzer): its
+    active files with that config, as a new version (audited) made active, so the old version and its config stay
+    for a rollback."""
     active = model.active_version
     if active is None or not active.artifact:
         raise Conflict(f"model '{model.name}' has no active version whose files a new config could use")
@@ -324,7 +327,7 @@ def add_version_with_config(actor: Any, model: RegisteredModel, override: dict) 
     def copy(version_dir: Path) -> None:
         shutil.copytree(source, version_dir, symlinks=False)
 
-    return _new_active_version(actor, model, copy, override, notes="config changed through /v2")
+    return _new_active_version(actor, model, copy, override, notes=notes)
 
 
 def _new_active_version(

@@ -1,15 +1,17 @@
-"""URLs of the registry: the pages, the management API (/api/models/, .../traffic, /api/audit/) and its Swagger UI."""
+"""URLs of the registry: the pages, the management API (/api/models/, .../traffic, .../config, /api/audit/) and its
+Swagger UI."""
 
 from __future__ import annotations
 
 from django.urls import URLPattern, path
 from rest_framework.views import APIView
 
-from console.registry import api, views
+from console.registry import api, config_api, views
 from console.registry.docs import LocalSwaggerView
 
 VERSION = "api/models/<str:name>/versions/<str:number>"
 TRAFFIC = "api/models/<str:name>/traffic"
+CONFIG = "api/models/<str:name>/config"
 
 
 def both_paths(route: str, view: type[APIView], name: str) -> list[URLPattern]:
@@ -38,5 +40,7 @@ urlpatterns = [
     *both_paths(TRAFFIC, api.TrafficView, "api-traffic"),
     *both_paths(f"{TRAFFIC}/promote", api.TrafficPromoteView, "api-traffic-promote"),
     *both_paths(f"{TRAFFIC}/rollback", api.TrafficRollbackView, "api-traffic-rollback"),
+    *both_paths(CONFIG, config_api.ConfigView, "api-model-config"),
+    *both_paths(f"{CONFIG}/validate", config_api.ConfigValidateView, "api-model-config-validate"),
     path("api/audit/", api.AuditListView.as_view(), name="api-audit"),
 ]

@@ -22,7 +22,14 @@ from engine.config import (
     VersionPolicy,
     WarmupInput,
 )
-from engine.config_format import config_to_dict, config_to_pbtxt, merge_config, parse_config_json, parse_config_pbtxt
+from engine.config_format import (
+    config_to_dict,
+    config_to_pbtxt,
+    merge_config,
+    parse_config_json,
+    parse_config_pbtxt,
+    replacing_override,
+)
 from engine.errors import InvalidArgument
 from tests.engine.model_factory import every_sequence_control
 
@@ -233,6 +240,13 @@ def test_it_clears_and_replaces_whole_fields_in_an_override() -> None:
     swapped = merge_config(base, {"sequence_batching": {}})
     assert swapped.dynamic_batching is None and swapped.sequence_batching is not None
     assert merge_config(base, {"max_batch_size": 0}).max_batch_size == 0
+
+
+def test_a_replacing_override_turns_any_base_into_the_config() -> None:
+    wanted = ModelConfig(name="m", max_batch_size=2, instance_group=[InstanceGroup(count=2, kind="KIND_CPU")])
+    override = replacing_override(wanted)
+    assert override["dynamic_batching"] is None and override["max_batch_size"] == 2
+    assert merge_config(full_config(), override) == wanted
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,192 @@
+"""The config editor's domain: an edited config checked against the active version, its differences from the
+config that version serves with, and the two ways to save it.
+
+Checking is the engine's own (engine.admission.check_config: parsing, the name, the code decision, completion
+against the model file, validation, the server's limits), so the editor reports what a load would, in the engine's
+words, which name the field. "Save as new version" is the /v2 path's (services.add_version_with_config: the active
+version's files with this config, trial-loaded, made active); "apply to this version" trial-loads the edit on the
+version's own files, records it as that version's config and lets the reconciler reload it (the old config serves
+until the new one is READY). Both are audited and announced like every other change.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from console.registry import services
+from console.registry.models import AuditEvent, ModelVersion, RegisteredModel
+from console.registry.store import get_store
+from engine import admission
+from engine.config import ModelConfig
+from engine.config_format import (
+    config_to_dict,
+    config_to_pbtxt,
+    parse_config_json,
+    parse_config_pbtxt,
+    replacing_override,
+)
+from engine.errors import CodeRefused, InferaError
+
+FORMATS = ("pbtxt", "json")
+NEW_VERSION_NOTES = "config edited in the console"
+
+
+@dataclass(frozen=True)
+class CheckedEdit:
+    """What the engine made of an edit: the effective config, or the errors, and how it differs from the current."""
+
+    version: int
+    errors: list[str] = field(default_factory=list)
+    config: dict[str, Any] | None = None
+    pbtxt: str = ""  # the effective config as config.pbtxt; when invalid, the edit's own text in that form
+    changes: list[dict[str, Any]] = field(default_factory=list)  # {"field", "before", "after"}, a field a line
+    diff: list[str] = field(default_factory=list)  # a unified diff of the config.pbtxt texts
+
+    @property
+    def valid(self) -> bool:
+        return not self.errors
+
+
+def edited_version(model: RegisteredModel) -> ModelVersion:
+    """The version the editor edits: the active one, with files and a recorded config (409 otherwise)."""
+    version = model.active_version
+    if version is None or not version.artifact or not version.config:
+        raise services.Conflict(f"model '{model.name}' has no active version whose config could be edited")
+    version.model = model
+    return version
+
+
+def current_config(version: ModelVersion) -> dict[str, Any]:
+    """The config the version serves with, in both forms the editor offers."""
+    config = parse_config_json(version.config)
+    return {
+        "model": version.model.name,
+        "version": version.number,
+        "config": version.config,
+        "pbtxt": config_to_pbtxt(config),
+    }
+
+
+def parse_edit(text: str, form: str) -> ModelConfig:
+    """The edited text as a config (InvalidArgument naming the line and the field when it does not parse)."""
+    if form == "json":
+        return parse_config_json(text, source="config.json")
+    return parse_config_pbtxt(text, source="config.pbtxt")
+
+
+def check_edit(actor: Any, version: ModelVersion, text: str, form: str) -> CheckedEdit:
+    """The engine's verdict on an edit of `version`'s config, with the differences when it passes."""
+    try:
+        effective = _checked(actor, version, text, form)
+    except InferaError as exc:
+        return CheckedEdit(version.number, errors=[exc.message], pbtxt=_as_pbtxt(text, form))
+    before, after = parse_config_json(version.config), effective
+    return CheckedEdit(
+        version.number,
+        config=config_to_dict(after),
+        pbtxt=config_to_pbtxt(after),
+        changes=changes(version.config, config_to_dict(after)),
+        diff=list(
+            difflib.unified_diff(
+                config_to_pbtxt(before).splitlines(),
+                config_to_pbtxt(after).splitlines(),
+                f"version {version.number}",
+                "edited",
+                lineterm="",
+            )
+        ),
+    )
+
+
+def _as_pbtxt(text: str, form: str) -> str:
+    """The edit as config.pbtxt text when it parses (so a form control can write it in either form), else ''."""
+    try:
+        return config_to_pbtxt(parse_edit(text, form))
+    except InferaError:
+        return ""
+
+
+def _checked(actor: Any, version: ModelVersion, text: str, form: str) -> ModelConfig:
+    name = version.model.name
+    return admission.check_config(
+        name,
+        get_store().absolute(version.artifact),
+        parse_edit(text, form),
+        services.caller_of(actor),
+        settings.INFERA.engine,
+    )
+
+
+def changes(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
+    """The fields whose values differ, by path (`dynamic_batching.max_queue_delay_microseconds`, `input[0].dims`)."""
+    old, new = dict(_flatten(before)), dict(_flatten(after))
+    return [
+        {"field": path, "before": old.get(path), "after": new.get(path)}
+        for path in sorted(old.keys() | new.keys())
+        if old.get(path) != new.get(path)
+    ]
+
+
+def _flatten(value: Any, path: str = "") -> list[tuple[str, Any]]:
+    if isinstance(value, dict) and value:
+        return [item for key, inner in value.items() for item in _flatten(inner, f"{path}.{key}" if path else key)]
+    if isinstance(value, list) and value and any(isinstance(inner, (dict, list)) for inner in value):
+        return [item for index, inner in enumerate(value) for item in _flatten(inner, f"{path}[{index}]")]
+    return [(path, value)]
+
+
+def save_as_new_version(actor: Any, model: RegisteredModel, text: str, form: str, notes: str = "") -> ModelVersion:
+    """The active version's files with the edited config, as a new version made active once it loads (audited)."""
+    version, checked = _checked_change(actor, model, text, form, "save")
+    override = replacing_override(parse_config_json(checked.config))  # a field the edit removed is removed
+    added = services.add_version_with_config(actor, model, override, notes=notes or NEW_VERSION_NOTES)
+    AuditEvent.record(actor, "config.edit", added.label, source=version.number, changes=checked.changes)
+    return added
+
+
+def apply_to_version(actor: Any, model: RegisteredModel, text: str, form: str) -> ModelVersion:
+    """The edited config for the active version itself, trial-loaded first; the reconciler reloads the version and
+    the old config serves until the new one is READY."""
+    version, checked = _checked_change(actor, model, text, form, "apply")
+    try:
+        effective = admission.admit(
+            model.name,
+            get_store().absolute(version.artifact),
+            parse_config_json(checked.config),
+            caller=services.caller_of(actor),
+            settings=settings.INFERA.engine,
+        )
+    except CodeRefused as exc:
+        raise services.RegistryError(exc.message, 403) from None
+    except InferaError as exc:
+        raise services.RegistryError(f"the edited config failed its trial load: {exc.message}") from None
+    with transaction.atomic():
+        version = ModelVersion.objects.select_for_update().select_related("model").get(pk=version.pk)
+        version.reconfigure(config_to_dict(effective))
+        if version.is_active:
+            get_store().write_config(model.name, effective)
+        AuditEvent.record(actor, "version.config", version.label, changes=checked.changes)
+        services.notify_changed(model.name)
+    return version
+
+
+def _checked_change(
+    actor: Any, model: RegisteredModel, text: str, form: str, doing: str
+) -> tuple[ModelVersion, CheckedEdit]:
+    """The edited version and the engine's verdict on an edit someone wants to `doing` (save, apply): refused with
+    403 for a caller who may not change models, 400 with the engine's message, or when nothing changed."""
+    version = edited_version(model)
+    caller = services.caller_of(actor)
+    if not caller.may_change_models:
+        raise services.RegistryError(f"'{caller.name}' may not change the config of model '{model.name}'", 403)
+    checked = check_edit(actor, version, text, form)
+    if not checked.valid:
+        raise services.RegistryError(checked.errors[0])
+    if not checked.changes:
+        raise services.RegistryError(f"the config is the one version {version.number} serves with: nothing to {doing}")
+    return version, checked

@@ -43,9 +43,10 @@ class ReadClock:
     """What one connection is reading (nothing, "headers" or "body"), by when, and the one timer that watches it.
 
     The protocol says what it reads (`expect_headers`, `expect_body`, `got_body`, `stop`) and calls `watch()` after
-    each chunk of data; the timer is armed only then, if a read is left unfinished, so a request that arrives whole
-    costs no timer. `overdue(what, reason)` is called once when a read runs out of time. `held()` says whether the
-    server has paused reading, which restarts a body's allowance.
+    each chunk of data. The clock starts, and the timer is armed, only in `watch()` and only if a read is left
+    unfinished: a request that arrives in one chunk reads no clock and arms no timer (the hot path stays as it was).
+    A read's clock so starts at the end of the chunk that began it. `overdue(what, reason)` is called once when a
+    read runs out of time; `held()` says whether the server has paused reading, which restarts a body's allowance.
     """
 
     def __init__(
@@ -64,35 +65,49 @@ class ReadClock:
         self.held = held
         self.expecting: str | None = None
         self.body: BodyClock | None = None
-        self._headers_due = 0.0
+        self._early_bytes = 0  # body bytes that arrived before the body's clock started
+        self._headers_due: float | None = None
         self._timer: Any = None
 
     def expect_headers(self) -> None:
-        self.stop()
-        self.expecting = "headers"
-        self._headers_due = self.now() + self.settings.header_timeout_seconds
+        if self._timer is not None:
+            self.stop()
+        self.expecting, self.body, self._headers_due = "headers", None, None
 
     def expect_body(self) -> None:
-        self.stop()
-        self.expecting, self.body = "body", BodyClock(self.settings, self.now())
+        if self._timer is not None:
+            self.stop()
+        self.expecting, self.body, self._early_bytes = "body", None, 0
 
     def got_body(self, size: int) -> None:
-        if self.body is not None:
+        if self.body is None:
+            self._early_bytes += size
+        else:
             self.body.got(size, self.now())
 
     def stop(self) -> None:
-        self.expecting, self.body = None, None
+        self.expecting = None
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
 
     def watch(self) -> None:
-        """After a chunk of data: arm the timer if a read is unfinished and none is armed."""
-        if self.expecting is not None and self._timer is None:
-            self._arm(self.due())
+        """After a chunk of data: start the clock and arm the timer if a read is unfinished and none is armed."""
+        if self.expecting is None or self._timer is not None:
+            return
+        now = self.now()
+        if self.expecting == "body":
+            if self.body is None:
+                self.body = BodyClock(self.settings, now)
+                self.body.received = self._early_bytes
+        elif self._headers_due is None:
+            self._headers_due = now + self.settings.header_timeout_seconds
+        self._arm(self.due())
 
     def due(self) -> float:
-        return self.body.due() if self.body is not None else self._headers_due
+        if self.expecting == "body" and self.body is not None:
+            return self.body.due()
+        return self._headers_due if self._headers_due is not None else float("inf")
 
     def _arm(self, due: float) -> None:
         self._timer = self.call_later(max(due - self.now(), 0.0), self._check)

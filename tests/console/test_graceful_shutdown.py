@@ -83,14 +83,18 @@ def children(server: ServerProcess) -> list[psutil.Process]:
     return psutil.Process(server.process.pid).children(recursive=True)
 
 
-def still_running(processes: list[psutil.Process]) -> list[psutil.Process]:
-    alive = []
-    for process in processes:
-        try:
-            if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
-                alive.append(process)
-        except psutil.NoSuchProcess:
-            pass
+def is_running(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def survivors(processes: list[psutil.Process]) -> list[psutil.Process]:
+    """Those of `processes` still running once each has had DEADLINE_S to end (a SIGKILL takes a moment)."""
+    deadline = time.monotonic() + DEADLINE_S
+    while (alive := [p for p in processes if is_running(p)]) and time.monotonic() < deadline:
+        time.sleep(0.05)  # polling the process table, bounded by the deadline
     return alive
 
 
@@ -135,7 +139,7 @@ def test_it_drains_in_flight_requests_closes_sockets_unloads_and_exits_0(tmp_pat
         assert answer.status == 200 and answer.json()["outputs"][0]["data"] == [7.0]
         assert over_grpc.result(timeout=DEADLINE_S).tolist() == [[7.0]]
         assert server.process.wait(timeout=DEADLINE_S) == 0, server.log()[-3000:]
-    assert still_running(spawned) == []
+    assert survivors(spawned) == []
     log = server.log()
     assert "draining" in log and "Traceback" not in log
 
@@ -150,6 +154,6 @@ def test_a_second_signal_exits_at_once_and_leaves_no_model_process(tmp_path, kin
         assert server.process.poll() is None  # draining: the request holds the shutdown
         server.process.send_signal(signal.SIGTERM)
         assert server.process.wait(timeout=DEADLINE_S) == 128 + signal.SIGTERM
-        assert still_running(spawned) == []
+        assert survivors(spawned) == []
         with pytest.raises(OSError):
             running.result(timeout=DEADLINE_S)  # its connection went with the process

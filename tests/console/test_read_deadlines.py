@@ -86,6 +86,7 @@ def watched(held: list[bool] | None = None) -> tuple[ReadClock, HandClock, list[
 def test_it_gives_headers_a_fixed_time_however_they_trickle():
     clock, hand, overdue = watched()
     clock.expect_headers()
+    clock.watch()  # the chunk that began the request: its clock starts
     for second in range(1, 10):  # a byte a second: each chunk is watched, none moves the deadline
         hand.advance(float(second))
         clock.watch()

@@ -134,6 +134,25 @@ async def test_the_runtime_starts_in_its_stated_order_and_stops_in_reverse(setti
 
 
 @pytest.mark.django_db(transaction=True)
+async def test_the_runtime_drains_before_it_stops(settings, tmp_path, in_memory_layer):
+    runtime = Runtime(
+        settings.INFERA.replace(
+            model_store=tmp_path / "store", disable_nvml=True, grpc=GrpcSettings(port=0), shutdown_grace_seconds=7
+        )
+    )
+    await runtime.start()
+    try:
+        assert runtime.grace_left() == 7.0  # no shutdown yet: the whole grace
+        await runtime.drain()
+        assert runtime.state == "stopping" and not runtime.server.is_ready() and runtime.connections.draining
+        assert "follow" not in runtime.started  # the reconciler has stopped: no model changes while draining
+        assert 0 < runtime.grace_left() <= 7
+    finally:
+        await runtime.stop()
+    assert runtime.started == []
+
+
+@pytest.mark.django_db(transaction=True)
 async def test_the_runtime_records_why_it_failed_to_start(settings, tmp_path, in_memory_layer):
     blocker = tmp_path / "store-is-a-file"
     blocker.write_text("not a folder")

@@ -9,6 +9,7 @@ grpc.health.v1 (the server, and each model by its name) and server reflection.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -27,11 +28,20 @@ from engine.frontend.handlers import RepositoryControl
 from engine.frontend.routes import parse_version
 from engine.names import check_model_name, normalise_files, sent_files
 from engine.proto import grpc_messages as messages
-from engine.protocol.grpc_codec import decode_grpc_request, encode_grpc_response, parameter_value, parameters_of
+from engine.protocol.grpc_codec import (
+    decode_grpc_request,
+    encode_grpc_response,
+    parameter_value,
+    parameters_of,
+    set_parameter,
+)
 from engine.server import EXTENSIONS
 from engine.settings import GrpcSettings
+from engine.streams import ResponseStream
+from engine.types import InferenceRequest, InferenceResponse
 
 if TYPE_CHECKING:
+    from engine.lifecycle import ServedVersion
     from engine.server import InferenceServer
 
 log = logging.getLogger("infera.frontend")
@@ -217,31 +227,7 @@ class GrpcFrontEnd:
         return await self._infer(request, call.principal)
 
     async def _infer(self, message: Any, principal: Principal) -> Any:
-        started = time.monotonic_ns()
-        version = parse_version(message.model_version)
-        served = self.server.get_model(message.model_name, version)
-        try:
-            if sum(len(raw) for raw in message.raw_input_contents) > DECODE_ON_LOOP_BYTES:
-                request = await asyncio.to_thread(
-                    decode_grpc_request,
-                    message,
-                    served.config,
-                    model_name=message.model_name,
-                    model_version=version,
-                    shared_memory=self.server.shared_memory,
-                )
-            else:
-                request = decode_grpc_request(
-                    message,
-                    served.config,
-                    model_name=message.model_name,
-                    model_version=version,
-                    shared_memory=self.server.shared_memory,
-                )
-        except InferaError:
-            served.stats.record_failure(0, protocol="grpc")  # refused before queueing: a failed request (as Triton)
-            raise
-        request.protocol = "grpc"
+        served, request, started = await self._decoded(message)
         trace = request.trace = self.server.tracer.start(message.model_name, served.version)
         if trace is not None:
             trace.mark("REQUEST_START", started)
@@ -257,6 +243,59 @@ class GrpcFrontEnd:
             await asyncio.to_thread(self.server.tracer.finish, trace)
         return answer
 
+    async def _decoded(self, message: Any) -> tuple[ServedVersion, InferenceRequest, int]:
+        """The request a message carries, checked against the served version's config (large ones off the loop)."""
+        started = time.monotonic_ns()
+        version = parse_version(message.model_version)
+        served = self.server.get_model(message.model_name, version)
+        decode = functools.partial(
+            decode_grpc_request,
+            message,
+            served.config,
+            model_name=message.model_name,
+            model_version=version,
+            shared_memory=self.server.shared_memory,
+        )
+        try:
+            if sum(len(raw) for raw in message.raw_input_contents) > DECODE_ON_LOOP_BYTES:
+                request = await asyncio.to_thread(decode)
+            else:
+                request = decode()
+        except InferaError:
+            served.stats.record_failure(0, protocol="grpc")  # refused before queueing: a failed request (as Triton)
+            raise
+        request.protocol = "grpc"
+        return served, request, started
+
+    async def _stream(self, message: Any, put: Callable[[Any], Awaitable[None]], open_streams: set) -> None:
+        """A decoupled model's request on a stream: each of its responses as it comes, marked final or not (the
+        flags-only final only when the request asked for it with triton_enable_empty_final_response)."""
+        served, request, _ = await self._decoded(message)
+        empty_final = bool(request.parameters.get("triton_enable_empty_final_response", False))
+        stream = await self.server.infer_stream(request)
+        open_streams.add(stream)
+        try:
+            async for response in stream:
+                if response.error is not None:
+                    await put(_stream_error(message, response.error.message))
+                    continue
+                if response.empty and not empty_final:
+                    continue
+                answered = InferenceResponse(
+                    message.model_name, stream.model_version, response.outputs or {}, id=request.id
+                )
+                answer = encode_grpc_response(
+                    answered,
+                    request,
+                    messages.ModelInferResponse,
+                    batched=served.config.max_batch_size > 0,
+                    shared_memory=self.server.shared_memory,
+                )
+                set_parameter(answer.parameters["triton_final_response"], response.final)
+                await put(messages.ModelStreamInferResponse(infer_response=answer))
+        finally:
+            open_streams.discard(stream)
+
     async def rpc_ModelStreamInfer(self, requests: AsyncIterator[Any], call: Call) -> AsyncIterator[Any]:  # noqa: N802
         """Requests and responses interleave: each request runs as soon as it arrives, each answer carries its id.
 
@@ -266,11 +305,15 @@ class GrpcFrontEnd:
         queue: asyncio.Queue[Any] = asyncio.Queue()
         slots = asyncio.Semaphore(self.settings.stream_concurrency)
         done = object()
+        open_streams: set[ResponseStream] = set()  # a decoupled model's requests under way on this stream
 
         async def answer(message: Any) -> None:
             try:
-                result = await self._infer(message, call.principal)
-                await queue.put(messages.ModelStreamInferResponse(infer_response=result))
+                if self.server.get_model(message.model_name, parse_version(message.model_version)).config.decoupled:
+                    await self._stream(message, queue.put, open_streams)
+                else:
+                    result = await self._infer(message, call.principal)
+                    await queue.put(messages.ModelStreamInferResponse(infer_response=result))
             except InferaError as exc:
                 await queue.put(_stream_error(message, exc.message))
             except Exception as exc:  # noqa: BLE001 - one request's bug must not end the stream
@@ -298,6 +341,8 @@ class GrpcFrontEnd:
                 yield item
         finally:
             reader.cancel()
+            for stream in list(open_streams):  # the client went away: its models stop generating
+                stream.cancel()
 
     # ---- the model repository
 

@@ -14,6 +14,7 @@ from engine.admission import ANONYMOUS, Principal, may_not_change
 from engine.config import ModelConfig
 from engine.errors import InferaError, InvalidArgument
 from engine.frontend import extensions
+from engine.frontend.generate import StreamReply, answer_once, generate_request, stream_reply
 from engine.frontend.routes import Route, parse_version
 from engine.names import check_model_name, normalise_files, sent_files
 from engine.protocol import (
@@ -27,6 +28,7 @@ from engine.protocol import (
 )
 from engine.server import EXTENSIONS, InferenceServer, config_override
 from engine.shared_memory import SharedMemoryRegistry
+from engine.streams import ResponseStream
 from engine.types import InferenceRequest
 
 JSON = b"application/json"
@@ -180,6 +182,32 @@ async def infer(server: InferenceServer, incoming: Incoming) -> Reply:
     return reply
 
 
+async def _start_generate(server: InferenceServer, incoming: Incoming) -> tuple[InferenceRequest, ResponseStream]:
+    """Decode a generate body against the served version's config and start it; a refusal counts as a failure."""
+    route = incoming.route
+    version = parse_version(route.version)
+    served = server.get_model(route.model, version)
+    try:
+        body = decompress_body(incoming.body, incoming.content_encoding, incoming.max_body_bytes)
+        request = generate_request(body, served.config, route.model, version, incoming.max_body_bytes)
+    except InferaError:
+        served.stats.record_failure(0)
+        raise
+    return request, await server.infer_stream(request)
+
+
+async def generate(server: InferenceServer, incoming: Incoming) -> Reply:
+    """Triton's `/generate`: exactly one response, as one JSON object."""
+    request, stream = await _start_generate(server, incoming)
+    return Reply(200, await answer_once(stream, incoming.route.model, request))
+
+
+async def generate_stream(server: InferenceServer, incoming: Incoming) -> StreamReply:
+    """Triton's `/generate_stream`: every response as a server-sent event, as the model sends it."""
+    request, stream = await _start_generate(server, incoming)
+    return await stream_reply(stream, incoming.route.model, request)
+
+
 def _optional_json(incoming: Incoming) -> dict[str, Any]:
     """A management body that may be empty; when present it must be a JSON object."""
     body = decompress_body(incoming.body, incoming.content_encoding, incoming.max_body_bytes)
@@ -298,6 +326,8 @@ SYNC_HANDLERS = {
 }
 ASYNC_HANDLERS = {
     "infer": infer,
+    "generate": generate,
+    "generate_stream": generate_stream,
     "repository_load": repository_load,
     "repository_unload": repository_unload,
 }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from engine.admission import ANONYMOUS, Principal, may_not_change
 from engine.errors import InferaError, PayloadTooLarge, Unavailable
 from engine.frontend.cross_site import check_repository_content_type, check_same_origin
+from engine.frontend.generate import StreamReply
 from engine.frontend.handlers import ASYNC_HANDLERS, SYNC_HANDLERS, Incoming, Reply, RepositoryControl
 from engine.frontend.lifespan import ServiceLifespan
 from engine.frontend.routes import HEALTH_ENDPOINTS, REPOSITORY_CHANGES, resolve
@@ -118,7 +120,10 @@ class V2App:
         except Exception as exc:  # a bug must still answer, and must not take the server down
             log.exception("unexpected error on %s %s", scope["method"], scope["path"])
             reply = Reply(500, error_body(f"internal error: {type(exc).__name__}: {exc}"))
-        await _send(send, reply)
+        if isinstance(reply, StreamReply):
+            await _send_stream(send, receive, reply)
+        else:
+            await _send(send, reply)
 
 
 def _read_headers(scope: Scope, incoming: Incoming, max_body_bytes: int) -> None:
@@ -169,6 +174,40 @@ async def _send(send: Send, reply: Reply) -> None:
     ]
     await send({"type": "http.response.start", "status": reply.status, "headers": headers})
     await send({"type": "http.response.body", "body": reply.body})
+
+
+async def _send_stream(send: Send, receive: Receive, reply: StreamReply) -> None:
+    """Send chunks as they come; a client that disconnects cancels the stream (the model sees it) and ends it."""
+    headers = [(b"content-type", reply.content_type), (b"cache-control", b"no-cache"), *reply.headers]
+    gone = asyncio.ensure_future(_disconnected(receive))
+    try:
+        await send({"type": "http.response.start", "status": reply.status, "headers": headers})
+        if reply.first:
+            await send({"type": "http.response.body", "body": reply.first, "more_body": True})
+        chunks = aiter(reply.chunks)
+        while True:
+            step = asyncio.ensure_future(anext(chunks))
+            await asyncio.wait({step, gone}, return_when=asyncio.FIRST_COMPLETED)
+            if not step.done():
+                step.cancel()
+                reply.cancel()
+                return
+            try:
+                chunk = step.result()
+            except StopAsyncIteration:
+                break
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+    except OSError:  # the client went away mid-send
+        reply.cancel()
+    finally:
+        gone.cancel()
+
+
+async def _disconnected(receive: Receive) -> None:
+    """Until the client disconnects (the request body has been read already)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "Unauthorized", "V2App"]

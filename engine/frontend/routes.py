@@ -13,7 +13,8 @@ HEALTH_ENDPOINTS = frozenset({"health_live", "health_ready"})
 # endpoints that change what the server serves
 REPOSITORY_CHANGES = frozenset({"repository_load", "repository_unload"})
 # endpoint under /v2/models/{m}[/versions/{v}]/<action> -> its method
-_MODEL_ACTIONS = {"ready": GET, "config": GET, "stats": GET, "infer": POST}
+_MODEL_ACTIONS = {"ready": GET, "config": GET, "stats": GET, "infer": POST, "generate": POST, "generate_stream": POST}
+_REQUESTS = frozenset({"infer", "generate", "generate_stream"})  # endpoints named as they are, not model_<action>
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +92,7 @@ def _model_route(parts: list[str]) -> Route | None:
         return Route("trace_setting", GET_OR_POST, model, version)
     if len(rest) == 1 and rest[0] in _MODEL_ACTIONS:
         action = rest[0]
-        return Route("infer" if action == "infer" else "model_" + action, _MODEL_ACTIONS[action], model, version)
+        return Route(action if action in _REQUESTS else "model_" + action, _MODEL_ACTIONS[action], model, version)
     return None
 
 

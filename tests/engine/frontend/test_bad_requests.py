@@ -172,7 +172,7 @@ CASES = [
         413,
         f"request body exceeds the limit of {SERVER_BODY_LIMIT} bytes",
     ),
-    ("unknown path", "GET", "/v2/models/simple/generate", b"", {}, 404, "Not Found"),
+    ("unknown path", "GET", "/v2/models/simple/explain", b"", {}, 404, "Not Found"),
     ("wrong method", "DELETE", "/v2/models/simple", b"", {}, 405, "method DELETE is not allowed"),
     (
         "backend failure",

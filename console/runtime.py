@@ -9,7 +9,8 @@ a module global. Start-up order, each step after the one before:
 2. the gRPC front end listens (INFERA_GRPC_PORT; its health answers "not serving" until the engine is ready);
 3. the engine loads every model in the store (/v2/health/ready turns 200 at the end);
 4. the reconciler converges the engine on the registry once (the active versions serve, traffic policies in force),
-   then follows changes (and records the engine's automatic traffic rollbacks);
+   then follows changes (and records the engine's automatic traffic rollbacks); the analysis runner starts taking
+   queued analyses (console/analyzer/runner.py);
 5. the sampler takes a snapshot a second and publishes it to the dashboards.
 
 Stopping runs the other way round, the gRPC server finishing its in-flight calls before the engine stops. A graceful
@@ -27,6 +28,7 @@ from typing import Any
 
 from console.accounts.inference_auth import TokenCache, make_v2_authenticator
 from console.accounts.revocations import RevocationListener
+from console.analyzer.runner import AnalysisRunner
 from console.config import InferaSettings
 from console.monitoring.live import GroupPublisher
 from console.registry.reconciler import Reconciler
@@ -56,6 +58,7 @@ class Runtime:
         self.reconciler = Reconciler(self.server, float(settings.reconcile_seconds))
         # an automatic traffic rollback is audited and becomes the desired state
         self.server.on_traffic_rollback = self.reconciler.traffic_rolled_back
+        self.analyzer = AnalysisRunner(self.server)  # analyses queued for this installation, one at a time
         self.token_cache = TokenCache()
         self.revocations = RevocationListener(self.token_cache)
         self.authenticate = make_v2_authenticator(
@@ -110,6 +113,7 @@ class Runtime:
                 logger.exception("the start-up reconciliation failed; the periodic pass retries")
             self.started.append("reconcile")
             self.reconciler.start()
+            self.analyzer.start()
             self.started.append("follow")
             self.sampler.subscribe(GroupPublisher())
             self.sampler.start()
@@ -129,6 +133,7 @@ class Runtime:
             self.settings.engine.shutdown_grace_seconds,
         )
         self.server.drain()
+        await self.analyzer.stop()  # an analysis under way ends (FAILED), its temporary versions unloaded
         if "follow" in self.started:
             self.started.remove("follow")
             try:
@@ -156,6 +161,7 @@ class Runtime:
             await self.sampler.stop()
         if "follow" in self.started:
             await self.reconciler.stop()
+        await self.analyzer.stop()
         if "grpc" in self.started and self.grpc is not None:
             # in-flight calls finish before the engine they use stops
             await (self._grpc_stopping or self.grpc.stop(self.grace_left()))

@@ -39,6 +39,7 @@ INSTALLED_APPS = [
     "console.accounts",
     "console.monitoring",
     "console.registry",
+    "console.analyzer",
     "drf_spectacular_sidecar",  # Swagger UI assets for /api/docs/, served locally
 ]
 
@@ -115,6 +116,10 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Models, versions, users and tokens of an Infera server. Inference itself is Triton's /v2.",
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    "ENUM_NAME_OVERRIDES": {
+        "VersionStateEnum": "console.registry.models.VersionState",
+        "AnalysisStateEnum": "console.analyzer.models.AnalysisState",
+    },
 }
 
 # ---- Static files: served by the ASGI process itself (console/static_serving.py), no collectstatic needed ----

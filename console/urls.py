@@ -24,6 +24,7 @@ urlpatterns = [
     path("monitoring/", include("console.monitoring.urls")),
     path("", include("console.accounts.urls")),
     path("", include("console.registry.urls")),
+    path("", include("console.analyzer.urls")),
     path("api/schema/", ProtectedSchemaView.as_view(), name="api-schema"),
     re_path(rf"^{settings.STATIC_URL.strip('/')}/(?P<path>.+)$", serve_static, name="static"),
 ]

@@ -123,21 +123,28 @@ def _checked(actor: Any, version: ModelVersion, text: str, form: str) -> ModelCo
 
 
 def changes(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
-    """The fields whose values differ, by path (`dynamic_batching.max_queue_delay_microseconds`, `input[0].dims`)."""
-    old, new = dict(_flatten(before)), dict(_flatten(after))
-    return [
-        {"field": path, "before": old.get(path), "after": new.get(path)}
-        for path in sorted(old.keys() | new.keys())
-        if old.get(path) != new.get(path)
-    ]
+    """The values that differ, by path (`dynamic_batching.max_queue_delay_microseconds`, `input[0].dims`); a part
+    added or removed whole (`instance_group[0]`, `dynamic_batching`) is one change, None on the side it is missing."""
+    found: list[dict[str, Any]] = []
+    _compare(before, after, "", found)
+    return found
 
 
-def _flatten(value: Any, path: str = "") -> list[tuple[str, Any]]:
-    if isinstance(value, dict) and value:
-        return [item for key, inner in value.items() for item in _flatten(inner, f"{path}.{key}" if path else key)]
-    if isinstance(value, list) and value and any(isinstance(inner, (dict, list)) for inner in value):
-        return [item for index, inner in enumerate(value) for item in _flatten(inner, f"{path}[{index}]")]
-    return [(path, value)]
+def _compare(before: Any, after: Any, path: str, found: list[dict[str, Any]]) -> None:
+    if isinstance(before, dict) and isinstance(after, dict):
+        for key in sorted(before.keys() | after.keys(), key=list({**before, **after}).index):
+            _compare(before.get(key), after.get(key), f"{path}.{key}" if path else key, found)
+    elif isinstance(before, list) and isinstance(after, list) and _nested(before + after):
+        for index in range(max(len(before), len(after))):
+            old = before[index] if index < len(before) else None
+            new = after[index] if index < len(after) else None
+            _compare(old, new, f"{path}[{index}]", found)
+    elif before != after:
+        found.append({"field": path, "before": before, "after": after})
+
+
+def _nested(values: list[Any]) -> bool:
+    return any(isinstance(value, (dict, list)) for value in values)
 
 
 def save_as_new_version(actor: Any, model: RegisteredModel, text: str, form: str, notes: str = "") -> ModelVersion:

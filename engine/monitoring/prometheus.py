@@ -16,6 +16,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
 from engine.monitoring.devices import DeviceSampler
+from engine.streams import FIRST_RESPONSE_BUCKETS_MS
 
 if TYPE_CHECKING:
     from engine.monitoring.sampler import MetricsSampler
@@ -97,6 +98,7 @@ class EngineCollector(Collector):
                 if version.stats.sequences is not None:
                     family.add_sample(family_name, _model_labels(version), version.stats.sequences[key])
             yield family
+        yield from _stream_families(served)
         yield from _traffic_families(getattr(self.server, "traffic", {}))
         restarts = Metric(
             "infera_instance_restarts",
@@ -125,6 +127,51 @@ class EngineCollector(Collector):
         if self._own_devices is None:
             self._own_devices = DeviceSampler()
         return self._own_devices.sample().to_dict()
+
+
+def _stream_families(served: list[Any]) -> Iterable[Metric]:
+    """Decoupled models' streams: Triton's time-to-first-response histogram, then responses, gaps and streams."""
+    first = Metric(
+        "nv_inference_first_response_histogram_ms",
+        "Duration from request to first response in milliseconds",
+        "histogram",
+    )
+    families = {
+        "responses": Metric(
+            "infera_stream_responses", "Responses a decoupled model sent (tokens, for a generator).", "counter"
+        ),
+        "between_us": Metric(
+            "infera_stream_inter_response_duration_us",
+            "Cumulative time between consecutive responses of one stream, in microseconds.",
+            "counter",
+        ),
+        "between_count": Metric(
+            "infera_stream_inter_response_count", "Gaps between consecutive responses of one stream.", "counter"
+        ),
+        "in_flight": Metric("infera_streams_in_flight", "Streams whose final response has not been sent.", "gauge"),
+        "cancelled": Metric("infera_streams_cancelled", "Streams whose client went away before the end.", "counter"),
+    }
+    for version in served:
+        streams = version.stats.streams
+        if streams is None:
+            continue
+        labels = _model_labels(version)
+        for bound, count in zip(FIRST_RESPONSE_BUCKETS_MS, streams.first_response_buckets, strict=True):
+            first.add_sample(f"{first.name}_bucket", labels | {"le": floatToGoString(bound)}, count)
+        first.add_sample(f"{first.name}_bucket", labels | {"le": "+Inf"}, streams.first_response_count)
+        first.add_sample(f"{first.name}_count", labels, streams.first_response_count)
+        first.add_sample(f"{first.name}_sum", labels, streams.first_response_ns / 1e6)
+        values = {
+            "responses": streams.responses,
+            "between_us": streams.between_ns // 1000,
+            "between_count": streams.between_count,
+            "in_flight": streams.in_flight,
+            "cancelled": streams.cancelled,
+        }
+        for key, family in families.items():
+            family.add_sample(family.name, labels, values[key])
+    yield first
+    yield from families.values()
 
 
 def _traffic_families(traffic: dict[str, Any]) -> Iterable[Metric]:

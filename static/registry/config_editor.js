@@ -160,9 +160,13 @@
         };
         config.dynamic_batching = batching;
       }
-      const groups = config.instance_group && config.instance_group.length ? config.instance_group : [{}];
-      groups[0] = { ...groups[0], count: number("instance_count"), kind: knob("instance_kind").value };
-      config.instance_group = groups;
+      const count = number("instance_count");
+      const kind = knob("instance_kind").value;
+      const groups = config.instance_group || [];
+      if (groups.length || count !== 1 || kind !== "KIND_AUTO") {
+        // a config without instance groups gets one only when it asks for something other than the default
+        config.instance_group = [{ ...(groups[0] || {}), count, kind }, ...groups.slice(1)];
+      }
       return config;
     }
 

@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 CONSOLE = Path(__file__).resolve().parents[2] / "console"
-# the engine's typed API (the facade, admission, settings, errors, configs, names) and its front ends
+# the engine's typed API (the facade, admission, settings, errors, configs, names, analysis) and its front ends
 ALLOWED = {
     "engine",  # only as `from engine import admission`
     "engine.server",
@@ -16,6 +16,7 @@ ALLOWED = {
     "engine.config",
     "engine.config_format",
     "engine.names",
+    "engine.analysis",  # analyses: candidate configs measured on temporary versions (the analyzer)
     "engine.frontend",
     "engine.frontend.http",
     "engine.frontend.lifespan",

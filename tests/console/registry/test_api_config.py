@@ -84,6 +84,17 @@ def test_it_checks_the_json_form_too(as_operator):
     assert "instance_group 0: count must be 1 or more, got -1" in refused["errors"][0]
 
 
+def test_a_part_added_or_removed_whole_is_one_change(as_operator):
+    config = as_operator.get(URL).json()["config"]
+    config["instance_group"] = [{"count": 2, "kind": "KIND_CPU"}]
+    del config["dynamic_batching"]
+    body = validate(as_operator, json.dumps(config), "json")
+    assert [change["field"] for change in body["changes"]] == ["dynamic_batching", "instance_group[0]"]
+    removed, added = body["changes"]
+    assert added["before"] is None and added["after"]["count"] == 2
+    assert removed["before"]["max_queue_delay_microseconds"] == 0 and removed["after"] is None
+
+
 def test_it_saves_a_valid_edit_as_a_new_active_version_audited(as_operator, store):
     answer = as_operator.post(URL, {"format": "pbtxt", "text": SMALLER, "action": "new_version"}, format="json")
     assert answer.status_code == 201, answer.content

@@ -3,6 +3,9 @@ and a form control's valid edit saved as a new version becomes READY and serves.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import pytest
 
 from tests.conftest import ServerProcess, engine_front_end_missing, sign_in
@@ -17,8 +20,13 @@ def api_headers(page) -> dict[str, str]:
     return {"X-CSRFToken": page.get_attribute('meta[name="csrf-token"]', "content")}
 
 
-def register_copy_of_simple(page, server: ServerProcess, name: str) -> None:
-    """Register `name` with one version: the demo `simple`'s model file and config, through the REST API."""
+@contextmanager
+def copy_of_simple(page, server: ServerProcess, name: str) -> Iterator[None]:
+    """Sign in and register `name` with one version (the demo `simple`'s model file and config) through the REST
+    API; delete it at the end, so the session's other tests find the server as it was."""
+    if reason := engine_front_end_missing():
+        pytest.skip(reason)
+    sign_in(page, server)
     page.goto(server.base_url + "/models/")
     headers = api_headers(page)
     created = page.request.post(server.base_url + "/api/models/", data={"name": name}, headers=headers)
@@ -30,28 +38,26 @@ def register_copy_of_simple(page, server: ServerProcess, name: str) -> None:
         "mimeType": "application/octet-stream",
         "buffer": (store / "1" / "model.onnx").read_bytes(),
     }
-    uploaded = page.request.post(
-        f"{server.base_url}/api/models/{name}/versions/", multipart={"file": model, "config": config}, headers=headers
-    )
-    assert uploaded.status == 201, uploaded.text()
-
-
-def delete_model(page, server: ServerProcess, name: str) -> None:
-    page.goto(server.base_url + "/models/")
-    answer = page.request.delete(f"{server.base_url}/api/models/{name}/", headers=api_headers(page))
-    assert answer.status == 204, answer.text()
+    try:
+        uploaded = page.request.post(
+            f"{server.base_url}/api/models/{name}/versions/",
+            multipart={"file": model, "config": config},
+            headers=headers,
+        )
+        assert uploaded.status == 201, uploaded.text()
+        yield
+    finally:
+        page.goto(server.base_url + "/models/")
+        deleted = page.request.delete(f"{server.base_url}/api/models/{name}/", headers=api_headers(page))
+        assert deleted.status == 204, deleted.text()
 
 
 def test_it_refuses_an_invalid_edit_and_saves_a_valid_one_as_a_version_that_becomes_ready(
     infera_server: ServerProcess, page
 ):
-    if reason := engine_front_end_missing():
-        pytest.skip(reason)
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
-    sign_in(page, infera_server)
-    register_copy_of_simple(page, infera_server, "edited")
-    try:
+    with copy_of_simple(page, infera_server, "edited"):
         page.goto(infera_server.base_url + "/models/edited/")
         page.wait_for_selector('#version-rows tr[data-version="1"][data-state="READY"]', timeout=WAIT_MS)
         page.wait_for_selector('#config-editor[data-state="ready"]')
@@ -94,6 +100,4 @@ def test_it_refuses_an_invalid_edit_and_saves_a_valid_one_as_a_version_that_beco
         log = page.inner_text("table.audit")
         for action in ("config.edit", "version.upload", "version.activate"):
             assert action in log
-    finally:
-        delete_model(page, infera_server, "edited")
     assert errors == []

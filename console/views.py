@@ -1,4 +1,4 @@
-"""Console pages: the home page (the engine at a glance). Sign-in and sign-out are Django's auth views."""
+"""Console pages: the home page (the whole server at a glance). Sign-in and sign-out are Django's auth views."""
 
 from __future__ import annotations
 
@@ -6,18 +6,15 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
+from console.accounts.permissions import can_view_models
+from console.overview import build_overview
 from console.runtime import runtime_of
-
-
-def engine_summary(request: HttpRequest) -> dict[str, object]:
-    """What the home page shows of the engine: its state in a word, why it failed, and its models."""
-    runtime = runtime_of(request)
-    if runtime is None:
-        return {"state": "absent", "failure": None, "models": []}
-    return {"state": runtime.state, "failure": runtime.startup_failure, "models": runtime.server.repository_index()}
 
 
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
-    """The signed-in landing page."""
-    return render(request, "console/home.html", {"engine": engine_summary(request)})
+    """The signed-in landing page: models, figures, devices and the last audit events (console/overview.py)."""
+    runtime = runtime_of(request)
+    if not can_view_models(request.user):  # signed in without a console role: the engine's state, nothing more
+        return render(request, "console/home.html", {"engine_state": runtime.state if runtime else "absent"})
+    return render(request, "console/home.html", {"overview": build_overview(runtime)})

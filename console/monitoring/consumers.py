@@ -1,9 +1,10 @@
 """The /ws/metrics/ consumer: a backlog on connect, then one snapshot per second from the runtime's sampler.
 
 Client messages: {"model": "name" | null} narrows to one model (or widens back), {"window": seconds} asks for a
-longer or shorter backlog; either answers with a fresh backlog. An ensemble narrows to itself and its step models,
-and each snapshot carries its `pipeline` numbers (console/monitoring/pipelines.py). Codes: 4401 not signed in, 4403
-no console role.
+longer or shorter backlog; either answers with a fresh backlog. `?history=1` (the overview page) adds the sampler's
+closed minutes of the last hour and the hour's figures to each backlog; snapshots carry each minute as it closes.
+An ensemble narrows to itself and its step models, and each snapshot carries its `pipeline` numbers
+(console/monitoring/pipelines.py). Codes: 4401 not signed in, 4403 no console role.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class MetricsConsumer(AsyncWebsocketConsumer):
 
     model: str | None = None
     window: float = DEFAULT_WINDOW_S
+    history: bool = False
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -48,6 +50,7 @@ class MetricsConsumer(AsyncWebsocketConsumer):
         query = parse_qs(self.scope.get("query_string", b"").decode())
         self.model = (query.get("model") or [None])[0] or None
         self.window = _window(query.get("window", [DEFAULT_WINDOW_S])[0])
+        self.history = query.get("history", ["0"])[0] == "1"
         await self.send_backlog()
 
     async def disconnect(self, code: int) -> None:
@@ -86,17 +89,19 @@ class MetricsConsumer(AsyncWebsocketConsumer):
         sampler = runtime.sampler if runtime is not None else None
         selection = self.selection()
         snapshots = sampler.backlog(seconds=self.window) if sampler is not None else []
-        await self.send_json(
-            {
-                "type": "backlog",
-                "model": self.model,
-                "window": self.window,
-                "interval": sampler.interval if sampler is not None else None,
-                "snapshots": [selection.apply(snapshot) for snapshot in snapshots],
-                "pipeline": selection.pipeline.describe() if selection.pipeline is not None else None,
-                "ensembles": model_choices(self.server())[0],
-            }
-        )
+        backlog = {
+            "type": "backlog",
+            "model": self.model,
+            "window": self.window,
+            "interval": sampler.interval if sampler is not None else None,
+            "snapshots": [selection.apply(snapshot) for snapshot in snapshots],
+            "pipeline": selection.pipeline.describe() if selection.pipeline is not None else None,
+            "ensembles": model_choices(self.server())[0],
+        }
+        if self.history:
+            backlog["minutes"] = sampler.history.minutes() if sampler is not None else []
+            backlog["hour"] = sampler.history.summary() if sampler is not None else None
+        await self.send_json(backlog)
 
     def selection(self) -> Selection:
         """This client's model as the engine serves it now (an ensemble loaded later is seen on the next snapshot)."""

@@ -7,7 +7,7 @@ every consumer (the WebSocket group, the page's backlog); a subscriber costs one
 Each snapshot also carries `server`: the whole server's requests/s, failures/s, error rate and p99 (the slowest
 model's), counting only what clients sent through a front end (a request to an ensemble is one request). The
 sampler keeps an hour of per-minute figures (engine/monitoring/history.py); the snapshot in which a minute closes
-carries that minute as `minute` and the hour's figures as `hour`.
+carries that minute as `minute`, and that one and one every HOUR_EVERY_SECONDS carry the hour's figures as `hour`.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("engine.monitoring")
 
 BACKLOG_SECONDS = 15 * 60
+HOUR_EVERY_SECONDS = 10  # how often a snapshot carries the hour's figures (each costs a merge of its minutes)
 PERCENTILES = (50, 95, 99)
 
 Snapshot = dict[str, Any]
@@ -122,6 +123,7 @@ class MetricsSampler:
         self._previous: dict[int, tuple[ModelStats, _Counters]] = {}
         self._last_time: float | None = None
         self._task: asyncio.Task[None] | None = None
+        self._hour_at: float | None = None  # when a snapshot last carried the hour's figures
 
     @property
     def devices(self) -> DeviceSampler:
@@ -180,7 +182,9 @@ class MetricsSampler:
         closed = self.history.add(wall, elapsed, intervals)
         if closed is not None:
             snapshot["minute"] = closed
+        if closed is not None or self._hour_at is None or now - self._hour_at >= HOUR_EVERY_SECONDS:
             snapshot["hour"] = self.history.summary()
+            self._hour_at = now
         self._backlog.append((now, snapshot))
         self._trim(now)
         return snapshot

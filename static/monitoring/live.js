@@ -176,8 +176,9 @@
   window.InferaLive = { MetricsSocket, byModel, valueOf, format, fill, watch };
 
   function autostart() {
-    // the monitoring page runs its own socket; other pages watch when they carry live numbers
-    if (!document.getElementById("monitoring") && document.querySelector("[data-live-model]")) watch();
+    // the monitoring page and the overview run their own socket; other pages watch when they carry live numbers
+    const ownSocket = document.getElementById("monitoring") || document.getElementById("overview");
+    if (!ownSocket && document.querySelector("[data-live-model]")) watch();
   }
 
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", autostart);

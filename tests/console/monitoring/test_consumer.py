@@ -99,6 +99,23 @@ async def test_it_sends_only_the_window_of_backlog_asked_for(sampled, user_with_
         await communicator.disconnect()
 
 
+async def test_it_adds_the_hour_of_minutes_when_asked_for_history(sampled, user_with_role):
+    sampled.clock.now = 600.0  # a minute of the wall clock starts
+    for _ in range(61):
+        sampled.tick()
+    viewer = await user_with_role("viewer")
+    plain = await connected(viewer, "/ws/metrics/?window=0", sampled=sampled)
+    overview = await connected(viewer, "/ws/metrics/?window=0&history=1", sampled=sampled)
+    try:
+        assert "minutes" not in await receive(plain)
+        backlog = await receive(overview)
+        assert [minute["t"] for minute in backlog["minutes"]] == [600_000]
+        assert backlog["hour"] == sampled.sampler.history.summary()
+    finally:
+        await plain.disconnect()
+        await overview.disconnect()
+
+
 async def test_it_answers_an_unreadable_message_and_stays_open(sampled, user_with_role):
     communicator = await connected(await user_with_role("viewer"), sampled=sampled)
     try:

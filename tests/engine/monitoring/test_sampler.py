@@ -208,15 +208,19 @@ def test_it_counts_only_what_clients_sent_for_the_server(clock):
     assert model(snapshot, "step")["success_per_s"] == 8.0
 
 
-def test_it_hands_on_each_minute_as_it_closes_with_the_hours_figures(clock):
+def test_it_hands_on_each_minute_as_it_closes_and_the_hours_figures_every_ten_seconds(clock):
     served = Served("m", 1)
     clock.now = 600.0  # the start of a minute of the wall clock
     sampler, _ = make_sampler(clock, served)
     sampler.sample(devices=FIXED_DEVICES)
+    hours = []
     for _ in range(59):
         run_batch(served.stats, [4.0] * 3)
         clock.advance(1.0)
-        assert "minute" not in sampler.sample(devices=FIXED_DEVICES)
+        snapshot = sampler.sample(devices=FIXED_DEVICES)
+        assert "minute" not in snapshot
+        hours.append("hour" in snapshot)
+    assert hours == [(second + 1) % 10 == 0 for second in range(59)]  # the first sample carried one too
     clock.advance(1.0)
     closing = sampler.sample(devices=FIXED_DEVICES)
     assert closing["minute"]["t"] == 600_000

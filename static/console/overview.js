@@ -1,0 +1,218 @@
+/* The overview (home page), live: figures, devices and sparklines from /ws/metrics/, states from the page itself.
+ *
+ * The socket (InferaLive.MetricsSocket, ?history=1) brings a backlog of five minutes of snapshots with the hour's
+ * closed minutes, then a snapshot a second: the whole server's figures now (`server`), each GPU or the CPU, each
+ * model card's numbers and sparkline (requests/s, an SVG polyline), and, once a minute, the minute that closed and
+ * the hour's figures for the hour chart (Plotly). Every REFRESH_MS the page fetches itself and swaps the parts
+ * marked [data-refresh] that changed (model states and reasons, counts, recent audit events), so one template draws
+ * them; the cards are swapped only when their signature (names, states, reasons) changed.
+ */
+(function () {
+  "use strict";
+
+  const root = document.getElementById("overview");
+  if (!root) return;
+  const { MetricsSocket, byModel, fill, format } = window.InferaLive;
+  const { layout, PLOT_CONFIG } = window.InferaCharts;
+  const stateLabel = document.getElementById("connection-state");
+  const SPARK_SECONDS = 300;
+  const REFRESH_MS = 5000;
+  const STATE_TEXT = { connecting: "connecting…", live: "live", refused: "not allowed" };
+
+  const series = new Map(); // model name -> [requests/s, ...] of the last SPARK_SECONDS snapshots
+  let lastSnapshot = null;
+
+  // ---- the whole server's figures and the devices
+
+  function formatted(value, kind) {
+    if (value === null || value === undefined) return "–";
+    if (kind === "percent") return `${(value * 100).toFixed(1)}%`;
+    return format(value, kind === "rate" ? "success_per_s" : "p99");
+  }
+
+  function showFigures(figures, when) {
+    if (!figures) return;
+    for (const cell of root.querySelectorAll(`[data-figure][data-when="${when}"]`)) {
+      const value = figures[cell.dataset.figure];
+      cell.textContent = formatted(value, cell.dataset.kind);
+      cell.dataset.value = value === null || value === undefined ? "" : String(value);
+    }
+  }
+
+  function bytes(count) {
+    const units = ["bytes", "KB", "MB", "GB", "TB"];
+    let value = count;
+    let unit = 0;
+    while (value >= 1024 && unit < units.length - 1) {
+      value /= 1024;
+      unit += 1;
+    }
+    return `${unit ? value.toFixed(1) : value} ${units[unit]}`;
+  }
+
+  function showDevices(devices) {
+    if (!devices) return;
+    for (const box of root.querySelectorAll(".device[data-device]")) {
+      const [kind, index] = box.dataset.device.split(":");
+      const device = kind === "gpu" ? (devices.gpus || []).find((gpu) => String(gpu.index) === index) : devices.cpu;
+      if (!device) continue;
+      const used = device.memory_used_bytes;
+      const total = device.memory_total_bytes;
+      const utilization = device.utilization;
+      box.querySelector('[data-field="utilization"]').value = utilization || 0;
+      box.querySelector('[data-text="utilization"]').textContent =
+        utilization === null || utilization === undefined ? "–" : `${Math.round(utilization * 100)}%`;
+      box.querySelector('[data-field="memory"]').value = total ? used / total : 0;
+      box.querySelector('[data-text="memory"]').textContent = total ? `${bytes(used)} of ${bytes(total)}` : "–";
+    }
+  }
+
+  // ---- sparklines: one SVG polyline per card, scaled to its own peak
+
+  const SVG = "http://www.w3.org/2000/svg";
+  const WIDTH = 240;
+  const HEIGHT = 40;
+
+  function record(snapshot) {
+    const models = byModel(snapshot);
+    for (const name of new Set([...series.keys(), ...models.keys()])) {
+      const values = series.get(name) || [];
+      const entry = models.get(name);
+      values.push(entry ? entry.success_per_s + entry.failure_per_s : 0);
+      if (values.length > SPARK_SECONDS) values.splice(0, values.length - SPARK_SECONDS);
+      series.set(name, values);
+    }
+  }
+
+  function drawSparkline(box) {
+    const values = series.get(box.dataset.sparkline) || [];
+    let svg = box.querySelector("svg");
+    if (!svg) {
+      svg = document.createElementNS(SVG, "svg");
+      svg.setAttribute("viewBox", `0 0 ${WIDTH} ${HEIGHT}`);
+      svg.setAttribute("preserveAspectRatio", "none");
+      svg.setAttribute("aria-hidden", "true");
+      svg.append(document.createElementNS(SVG, "polyline"));
+      box.append(svg);
+    }
+    const peak = Math.max(...values, 0);
+    const step = WIDTH / Math.max(SPARK_SECONDS - 1, 1);
+    const offset = WIDTH - step * (values.length - 1);
+    const points = values.map((value, index) => {
+      const y = peak > 0 ? HEIGHT - 2 - (value / peak) * (HEIGHT - 4) : HEIGHT - 2;
+      return `${(offset + index * step).toFixed(1)},${y.toFixed(1)}`;
+    });
+    svg.firstChild.setAttribute("points", points.join(" "));
+    box.dataset.points = String(values.length);
+    box.dataset.peak = String(peak);
+  }
+
+  function drawSparklines() {
+    for (const box of root.querySelectorAll("[data-sparkline]")) drawSparkline(box);
+  }
+
+  // ---- the hour chart: requests/s and failures/s per minute, p99 on the right
+
+  const hourElement = document.getElementById("hour-chart");
+  const hourLayout = layout("requests/s", {
+    margin: { l: 50, r: 50, t: 8, b: 30 },
+    xaxis: { type: "date", tickformat: "%H:%M" },
+    yaxis2: { title: { text: "p99 ms" }, overlaying: "y", side: "right", rangemode: "tozero", showgrid: false },
+    barmode: "overlay",
+    bargap: 0.15,
+  });
+  const minutes = [];
+
+  function drawHour() {
+    const x = minutes.map((minute) => new Date(minute.t));
+    Plotly.react(
+      hourElement,
+      [
+        { type: "bar", name: "requests/s", x, y: minutes.map((m) => m.requests_per_s), marker: { color: "#2f6fdb" } },
+        { type: "bar", name: "failures/s", x, y: minutes.map((m) => m.failures_per_s), marker: { color: "#c0392b" } },
+        {
+          type: "scatter", mode: "lines+markers", name: "p99 (slowest model)", x, yaxis: "y2",
+          y: minutes.map((m) => m.p99_ms), line: { color: "#e07b24", width: 2 },
+        },
+      ],
+      hourLayout,
+      PLOT_CONFIG,
+    );
+    hourElement.dataset.minutes = String(minutes.length);
+  }
+
+  // ---- the stream
+
+  function onBacklog(message) {
+    series.clear();
+    for (const snapshot of message.snapshots) record(snapshot);
+    const last = message.snapshots[message.snapshots.length - 1];
+    if (last) onNewest(last);
+    minutes.splice(0, minutes.length, ...(message.minutes || []));
+    drawHour();
+    showFigures(message.hour, "hour");
+    drawSparklines();
+  }
+
+  function onNewest(snapshot) {
+    lastSnapshot = snapshot;
+    showFigures(snapshot.server, "now");
+    showDevices(snapshot.devices);
+    fill(snapshot, root);
+  }
+
+  function onSnapshot(snapshot) {
+    record(snapshot);
+    onNewest(snapshot);
+    drawSparklines();
+    if (snapshot.minute) {
+      minutes.push(snapshot.minute);
+      while (minutes.length && minutes[0].t <= snapshot.minute.t - 60 * 60000) minutes.shift();
+      drawHour();
+    }
+    if (snapshot.hour) showFigures(snapshot.hour, "hour");
+  }
+
+  const socket = new MetricsSocket({
+    params: () => ({ window: SPARK_SECONDS, history: 1 }),
+    onMessage: (message) => {
+      if (message.type === "backlog") onBacklog(message);
+      else if (message.type === "snapshot") onSnapshot(message.snapshot);
+    },
+    onState: (state, detail) => {
+      stateLabel.dataset.state = state;
+      stateLabel.textContent =
+        state === "reconnecting" ? `reconnecting in ${detail.inSeconds} s…` : STATE_TEXT[state] || state;
+    },
+  }).start();
+
+  // ---- states, counts and audit events: the page fetches itself and swaps what changed
+
+  async function refresh() {
+    let response;
+    try {
+      response = await fetch(root.dataset.refreshUrl, { credentials: "same-origin", headers: { Accept: "text/html" } });
+    } catch (error) {
+      return; // the server is away: the socket's state says so
+    }
+    if (!response.ok || new URL(response.url).pathname !== new URL(root.dataset.refreshUrl, window.location.href).pathname) return;
+    const fresh = new DOMParser().parseFromString(await response.text(), "text/html");
+    for (const part of root.querySelectorAll("[data-refresh][id]")) {
+      const replacement = fresh.getElementById(part.id);
+      if (!replacement) continue;
+      const signature = part.dataset.signature;
+      if (signature !== undefined ? signature === replacement.dataset.signature : part.outerHTML === replacement.outerHTML) {
+        continue;
+      }
+      if (part.contains(document.activeElement)) continue; // never pull the focus from under the keyboard
+      part.replaceWith(document.adoptNode(replacement));
+      if (part.id === "model-cards") {
+        drawSparklines();
+        if (lastSnapshot) fill(lastSnapshot, root);
+      }
+    }
+  }
+
+  setInterval(refresh, REFRESH_MS);
+  window.inferaOverview = { socket, series, minutes, refresh };
+})();

@@ -116,6 +116,8 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Models, versions, users and tokens of an Infera server. Inference itself is Triton's /v2.",
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # no deep links: Swagger UI puts each one inside its operation's toggle button (a link nested in a button)
+    "SWAGGER_UI_SETTINGS": {"deepLinking": False},
     "ENUM_NAME_OVERRIDES": {
         "VersionStateEnum": "console.registry.models.VersionState",
         "AnalysisStateEnum": "console.analyzer.models.AnalysisState",

@@ -17,12 +17,13 @@ from django.utils.cache import add_never_cache_headers
 from django.views.decorators.debug import sensitive_post_parameters
 from django.views.decorators.http import require_GET, require_POST
 
-from console.accounts.forms import RoleForm, TokenForm, UserCreateForm
+from console.accounts.forms import USER_COLUMNS, USER_SORT_KEYS, RoleForm, TokenForm, UserCreateForm, UserFilterForm
 from console.accounts.models import ApiToken
 from console.accounts.permissions import role_required
 from console.accounts.roles import Role, assigned_role
 from console.accounts.tokens import issue_token
 from console.accounts.user_admin import AccountRuleError, change_role, create_user, reset_password, set_active
+from console.listing import SortOrder
 
 admin_only = role_required(Role.ADMIN)
 console_user = role_required()
@@ -62,7 +63,14 @@ def user_list(request: HttpRequest) -> HttpResponse:
                 "accounts/user_detail.html",
                 {**_detail_context(created.user), "new_password": created.generated_password, "created": True},
             )
-    return render(request, "accounts/user_list.html", {"users": _user_rows(), "form": form, "roles": list(Role)})
+    listed = UserFilterForm(request.GET)
+    order = SortOrder(request.GET, USER_COLUMNS, "user")
+    users = order.sort([row for row in _user_rows() if listed.matches(row)], USER_SORT_KEYS)
+    return render(
+        request,
+        "accounts/user_list.html",
+        {"users": users, "form": form, "roles": list(Role), "filters": listed, "order": order},
+    )
 
 
 def _detail_context(target: Any, **extra: Any) -> dict[str, Any]:

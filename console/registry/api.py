@@ -5,24 +5,20 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db.models import Q, QuerySet
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
-from rest_framework import generics, serializers, status
-from rest_framework.pagination import LimitOffsetPagination
+from drf_spectacular.utils import extend_schema, inline_serializer
+from rest_framework import serializers, status
 from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
-from console.accounts.permissions import CanManageModels, CanViewModels
+from console.accounts.permissions import CanManageModels
 from console.accounts.tokens import TokenAuthentication
 from console.registry import services
 from console.registry.engine_status import engine_traffic
-from console.registry.models import AuditEvent, ModelVersion, RegisteredModel, VersionState
+from console.registry.models import ModelVersion, RegisteredModel, VersionState
 from console.registry.serializers import (
-    AuditEventSerializer,
     ModelCreateSerializer,
     ModelUpdateSerializer,
     RegisteredModelDetailSerializer,
@@ -269,44 +265,3 @@ class TrafficRollbackView(TrafficActionView):
     """The canary or shadow ends; the active version stays. 409 when the policy is already active."""
 
     change = staticmethod(services.rollback_traffic)
-
-
-class AuditPagination(LimitOffsetPagination):
-    default_limit = 100
-    max_limit = 1000
-
-
-@extend_schema(
-    tags=["audit"],
-    parameters=[
-        OpenApiParameter("model", OpenApiTypes.STR, description="events on this model and its versions"),
-        OpenApiParameter("action", OpenApiTypes.STR, description="e.g. version.activate"),
-        OpenApiParameter("actor", OpenApiTypes.STR, description="user name"),
-    ],
-)
-class AuditListView(generics.ListAPIView):
-    """The audit trail, newest first."""
-
-    authentication_classes = _authentication_classes()
-    permission_classes = [CanViewModels]
-    serializer_class = AuditEventSerializer
-    pagination_class = AuditPagination
-
-    def get_queryset(self) -> QuerySet[AuditEvent]:
-        return filter_audit(AuditEvent.objects.all(), self.request.query_params)
-
-
-def filter_audit(events: QuerySet[AuditEvent], params: Any) -> QuerySet[AuditEvent]:
-    """Events narrowed by the `model`, `action` and `actor` query parameters (shared with the audit page)."""
-    for key in ("model", "action", "actor"):
-        if "\x00" in (params.get(key) or ""):
-            # PostgreSQL cannot hold NUL in text: such a filter matches nothing rather than failing the query
-            return events.none()
-    if params.get("model"):
-        name = params["model"]
-        events = events.filter(Q(object=name) | Q(object__startswith=f"{name}/"))
-    if params.get("action"):
-        events = events.filter(action=params["action"])
-    if params.get("actor"):
-        events = events.filter(actor_name=params["actor"])
-    return events

@@ -12,10 +12,12 @@ SIDECAR_SWAGGER = "drf_spectacular_sidecar/swagger-ui-dist"
 
 class LocalSwaggerView(SpectacularSwaggerSplitView):
     """Swagger UI with its assets from this server's static files and its start-up script as a file of its own
-    (the console's Content-Security-Policy allows no inline script); for signed-in console users only."""
+    (the console's Content-Security-Policy allows no inline script); for signed-in console users only. Its page
+    (templates/registry/swagger_ui.html) names its language and darkens Swagger's low-contrast colors."""
 
     url_name = "api-schema"
     permission_classes = [CanViewModels]
+    template_name = "registry/swagger_ui.html"
 
     @staticmethod
     def _swagger_ui_resource(filename: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.conf import settings
@@ -205,6 +206,11 @@ class AuditEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.actor_name or 'system'} {self.action} {self.object}"
+
+    @property
+    def detail_text(self) -> str:
+        """The details as one line of JSON (the audit page and its CSV export)."""
+        return json.dumps(self.detail, sort_keys=True) if self.detail else ""
 
     @classmethod
     def record(cls, actor: Any, action: str, obj: str, **detail: Any) -> AuditEvent:

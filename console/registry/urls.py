@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.urls import URLPattern, path
 from rest_framework.views import APIView
 
-from console.registry import api, config_api, views
+from console.registry import api, audit, config_api, views
 from console.registry.docs import LocalSwaggerView
 
 VERSION = "api/models/<str:name>/versions/<str:number>"
@@ -42,5 +42,5 @@ urlpatterns = [
     *both_paths(f"{TRAFFIC}/rollback", api.TrafficRollbackView, "api-traffic-rollback"),
     *both_paths(CONFIG, config_api.ConfigView, "api-model-config"),
     *both_paths(f"{CONFIG}/validate", config_api.ConfigValidateView, "api-model-config-validate"),
-    path("api/audit/", api.AuditListView.as_view(), name="api-audit"),
+    path("api/audit/", audit.AuditListView.as_view(), name="api-audit"),
 ]

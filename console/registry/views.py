@@ -1,8 +1,8 @@
-"""Registry pages: the models list, a model's page, the audit log. The pages' script reads the REST API."""
+"""Registry pages: the models list, a model's page, the audit log. The pages' script reads the REST API; the lists
+sort and filter by their query string (console/listing.py, console/registry/forms.py)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -11,10 +11,12 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 
 from console.accounts.permissions import can_manage_models, python_models_refusal, role_required
+from console.listing import SortOrder
 from console.registry import pipeline, services
-from console.registry.api import filter_audit
+from console.registry.audit import audit_events
 from console.registry.engine_status import EngineStatus
-from console.registry.models import AuditEvent, RegisteredModel
+from console.registry.forms import MODEL_COLUMNS, MODEL_ORDER, ModelFilterForm
+from console.registry.models import RegisteredModel, VersionState
 from console.registry.uploads import max_upload_bytes
 
 AUDIT_PAGE_SIZE = 100
@@ -22,14 +24,14 @@ AUDIT_PAGE_SIZE = 100
 
 @role_required()
 def model_list(request: HttpRequest) -> HttpResponse:
-    """Every registered model with its state, active version and throughput, refreshed live."""
+    """Every registered model with its state, active version and throughput, refreshed live; sortable, filterable."""
+    form = ModelFilterForm(request.GET)
+    order = SortOrder(request.GET, MODEL_COLUMNS, "name")
+    models = form.apply(RegisteredModel.objects.select_related("active_version")).order_by(*order.order_by(MODEL_ORDER))
     return render(
         request,
         "registry/model_list.html",
-        {
-            "models": RegisteredModel.objects.select_related("active_version").prefetch_related("versions"),
-            "can_manage": can_manage_models(request.user),
-        },
+        {"models": models, "form": form, "order": order, "can_manage": can_manage_models(request.user)},
     )
 
 
@@ -51,6 +53,7 @@ def model_detail(request: HttpRequest, name: str) -> HttpResponse:
             "is_ensemble": ensemble,
             "pipeline": pipeline.layout(config, composing_models(config, request)) if ensemble else None,
             "used_by": services.ensembles_using(model.name),
+            "version_states": [state.value for state in VersionState],
         },
     )
 
@@ -68,10 +71,8 @@ def composing_models(config: Mapping[str, Any], request: HttpRequest) -> dict[st
 
 @role_required()
 def audit_log(request: HttpRequest) -> HttpResponse:
-    """The audit trail, newest first, filterable by model, action and actor."""
-    events = filter_audit(AuditEvent.objects.all(), request.GET)
+    """The audit trail, newest first unless sorted otherwise, filterable by model, action, actor and days; the same
+    view as CSV from the API."""
+    form, order, events = audit_events(request.GET)
     page = Paginator(events, AUDIT_PAGE_SIZE).get_page(request.GET.get("page"))
-    for event in page:
-        event.detail_text = json.dumps(event.detail, sort_keys=True) if event.detail else ""
-    filters = {key: request.GET.get(key, "") for key in ("model", "action", "actor")}
-    return render(request, "registry/audit_log.html", {"page": page, "filters": filters})
+    return render(request, "registry/audit_log.html", {"page": page, "form": form, "order": order})

@@ -1,6 +1,7 @@
 /* Registry pages: live model and version states from the REST API, upload with progress, actions, "try it".
  *
- * Every page polls its API URL every two seconds, so states change on screen without a reload. Changes go to
+ * Every page polls its API URL every two seconds, so states change on screen without a reload (the models list
+ * updates the rows its filters matched; a model registered since shows on the next load). Changes go to
  * the same REST API as scripts use (session cookie + CSRF token from the page's meta tag).
  */
 (function () {
@@ -120,27 +121,6 @@
     const rows = root.querySelector("#model-rows");
     const status = root.querySelector("#list-status");
 
-    function rowFor(model) {
-      const existing = rows.querySelector(`tr[data-model="${CSS.escape(model.name)}"]`);
-      if (existing) return existing;
-      const empty = rows.querySelector("tr.empty");
-      if (empty) empty.remove();
-      const row = el(
-        "tr",
-        { dataset: { model: model.name } },
-        el("td", {}, el("a", { href: `/models/${encodeURIComponent(model.name)}/` }, model.name)),
-        el("td", {}, el("span", { className: "state", dataset: { field: "state" } })),
-        el("td", { dataset: { field: "active_version" } }),
-        el("td", { dataset: { field: "serving_version" } }),
-        el("td", { dataset: { field: "version_count" } }),
-        el("td", {}, el("span", { dataset: { liveModel: model.name, liveField: "inferences_per_s" } }, "–")),
-        el("td", {}, model.platform || model.backend),
-        el("td", {}, model.description),
-      );
-      rows.append(row);
-      return row;
-    }
-
     async function refresh() {
       const result = await api("GET", root.dataset.api);
       if (!result.ok) {
@@ -149,7 +129,9 @@
       }
       status.textContent = "";
       for (const model of result.data) {
-        const row = rowFor(model);
+        // the page lists what its filters matched, in its sort order: only those rows change here
+        const row = rows.querySelector(`tr[data-model="${CSS.escape(model.name)}"]`);
+        if (!row) continue;
         setState(row.querySelector('[data-field="state"]'), model.state);
         for (const field of ["active_version", "serving_version", "version_count"]) {
           row.querySelector(`[data-field="${field}"]`).textContent = shown(model[field]);
@@ -181,6 +163,17 @@
     const actionResult = root.querySelector("#action-result");
     let shownConfigFor = null;
     let stop = null;
+    let versions = [];
+    const listing = versionListing(root, () => showVersions());
+
+    function showVersions() {
+      const shownVersions = listing.apply(versions);
+      rows.replaceChildren(...shownVersions.map(versionRow));
+      if (!shownVersions.length) {
+        const why = versions.length ? "No version matches these filters." : "No versions yet.";
+        rows.append(el("tr", { className: "empty" }, el("td", { colspan: 9 }, why)));
+      }
+    }
 
     async function refresh() {
       const result = await api("GET", base);
@@ -197,8 +190,8 @@
       setState(root.querySelector("#model-state"), model.state);
       root.querySelector("#active-version").textContent = shown(model.active_version);
       root.querySelector("#serving-version").textContent = shown(model.serving_version);
-      rows.replaceChildren(...model.versions.map(versionRow));
-      if (!model.versions.length) rows.append(el("tr", {}, el("td", { colspan: 9, className: "muted" }, "No versions yet.")));
+      versions = model.versions;
+      showVersions();
       tryIt.versions(model.versions.filter((v) => v.is_loaded).map((v) => v.number));
       if (model.active_version !== shownConfigFor) showConfig(model.active_version);
       if (model.serving_version !== null) tryIt.ready();
@@ -280,6 +273,89 @@
     initUpload(root, base, () => refresh());
     initDelete(root, base, name, () => stop && stop());
     stop = every(POLL_MS, refresh);
+  }
+
+  // ---- a model's versions: sorted by a column header's button, filtered by state and a word; kept in the URL
+
+  const VERSION_SORT_KEYS = {
+    number: (v) => v.number,
+    state: (v) => v.state,
+    active: (v) => (v.is_active ? 0 : 1),
+    loaded: (v) => (v.is_serving ? 0 : v.is_loaded ? 1 : 2),
+    uploaded: (v) => v.uploaded_at,
+    size: (v) => v.size,
+    notes: (v) => (v.notes || "").toLowerCase(),
+  };
+
+  function versionListing(root, onChange) {
+    const table = root.querySelector("#versions-table");
+    const stateFilter = root.querySelector("#version-filter-state");
+    const textFilter = root.querySelector("#version-filter-text");
+    const params = new URL(window.location.href).searchParams;
+    let sort = params.get("versions_sort") || "number";
+    if (!(sort.replace(/^-/, "") in VERSION_SORT_KEYS)) sort = "number";
+    stateFilter.value = params.get("versions_state") || "";
+    textFilter.value = params.get("versions_q") || "";
+
+    const headers = [...table.querySelectorAll("th[data-sort]")];
+    for (const header of headers) {
+      const key = header.dataset.sort;
+      header.replaceChildren(
+        el(
+          "button",
+          {
+            type: "button",
+            className: "sort",
+            onclick: () => {
+              sort = sort === key ? `-${key}` : key;
+              changed();
+            },
+          },
+          header.textContent,
+          el("span", { className: "arrow", "aria-hidden": "true" }),
+        ),
+      );
+    }
+
+    function mark() {
+      for (const header of headers) {
+        const key = header.dataset.sort;
+        const direction = sort === key ? "ascending" : sort === `-${key}` ? "descending" : null;
+        if (direction) header.setAttribute("aria-sort", direction);
+        else header.removeAttribute("aria-sort");
+        header.querySelector(".arrow").textContent = direction === "ascending" ? " ▲" : direction === "descending" ? " ▼" : " ↕";
+      }
+    }
+
+    function changed() {
+      const url = new URL(window.location.href);
+      const wanted = { versions_sort: sort === "number" ? "" : sort, versions_state: stateFilter.value, versions_q: textFilter.value };
+      for (const [name, value] of Object.entries(wanted)) {
+        if (value) url.searchParams.set(name, value);
+        else url.searchParams.delete(name);
+      }
+      window.history.replaceState(null, "", url);
+      mark();
+      onChange();
+    }
+
+    stateFilter.addEventListener("change", changed);
+    textFilter.addEventListener("input", changed);
+    mark();
+
+    return {
+      apply(versions) {
+        const word = textFilter.value.trim().toLowerCase();
+        const matching = versions.filter(
+          (v) =>
+            (!stateFilter.value || v.state === stateFilter.value) &&
+            (!word || [v.notes, v.uploaded_by, v.sha256].some((text) => (text || "").toLowerCase().includes(word))),
+        );
+        const key = VERSION_SORT_KEYS[sort.replace(/^-/, "")];
+        const direction = sort.startsWith("-") ? -1 : 1;
+        return matching.sort((a, b) => (key(a) < key(b) ? -direction : key(a) > key(b) ? direction : a.number - b.number));
+      },
+    };
   }
 
   // ---- deleting the model: refused (409, with the reason) while an ensemble calls it

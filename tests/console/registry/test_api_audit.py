@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from console.registry.models import AuditEvent
 from tests.console.registry.conftest import model_file, upload
 
 pytestmark = pytest.mark.django_db
@@ -33,3 +34,32 @@ def test_it_lists_every_action_newest_first_and_filters(as_operator, as_viewer, 
     assert uploads[0]["detail"]["notes"] == "v1"
     assert as_viewer.get("/api/audit/", {"actor": "nobody"}).json()["count"] == 0
     assert len(as_viewer.get("/api/audit/", {"limit": 2}).json()["results"]) == 2
+
+
+def test_it_exports_every_matching_event_as_csv(as_viewer):
+    for number in range(150):  # more than a page of JSON: the CSV holds them all
+        AuditEvent.record("ada", "version.load", f"simple/{number}", reason="=HYPERLINK(1)")
+    AuditEvent.record("otto", "model.register", "other")
+    answer = as_viewer.get("/api/audit/", {"actor": "ada", "sort": "time", "format": "csv"})
+    assert answer.status_code == 200
+    assert answer["Content-Type"].startswith("text/csv")
+    assert 'filename="infera-audit.csv"' in answer["Content-Disposition"]
+    lines = b"".join(answer.streaming_content).decode().splitlines()
+    assert lines[0] == "time_utc,actor,action,object,detail"
+    assert len(lines) == 151
+    assert lines[1].split(",")[1:4] == ["ada", "version.load", "simple/0"]
+    assert lines[1].endswith('"{""reason"": ""=HYPERLINK(1)""}"')  # JSON starts with a brace: no formula
+
+
+def test_it_keeps_spreadsheet_formulas_inert_in_the_csv(as_viewer):
+    AuditEvent.record("=cmd|' /C calc'!A0", "model.register", "+sum")
+    rows = b"".join(as_viewer.get("/api/audit/", {"format": "csv"}).streaming_content).decode().splitlines()
+    assert rows[1].split(",", 1)[1].startswith("'=cmd")
+    assert ",'+sum," in rows[1]
+
+
+def test_it_refuses_a_filter_it_cannot_read(as_viewer):
+    answer = as_viewer.get("/api/audit/", {"since": "yesterday"})
+    assert answer.status_code == 400
+    assert "since" in answer.json()
+    assert as_viewer.get("/api/audit/", {"actor": "a\x00b"}).status_code == 400

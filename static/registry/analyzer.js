@@ -3,7 +3,8 @@
  * GET {api} lists the model's analyses; POST {api} starts one; GET {api}{id}/ is polled every second while the
  * analysis shown is queued or running. The chart is throughput against p99 latency, one line per config over its
  * concurrency levels, the Pareto front dotted, the budget a vertical line and the recommended point a star (Plotly,
- * served locally). POST {api}{id}/cancel and {api}{id}/apply are the buttons.
+ * served locally, colored for the page's scheme by static/monitoring/charts.js). POST {api}{id}/cancel and
+ * {api}{id}/apply are the buttons.
  */
 (function () {
   "use strict";
@@ -32,6 +33,14 @@
     const apply = root.querySelector("#analysis-apply");
     let shown = null; // the analysis on screen (GET {api}{id}/)
     let polling = null;
+    const axes = {
+      margin: { l: 60, r: 20, t: 10, b: 50 },
+      xaxis: { title: { text: "p99 latency (ms)" }, rangemode: "tozero" },
+      yaxis: { title: { text: "throughput (infer/s)" }, rangemode: "tozero" },
+      legend: { orientation: "h", y: -0.25 },
+    };
+    // the console's chart colors for the light or dark scheme, kept up to date by charts.js
+    const chartBase = window.InferaCharts ? window.InferaCharts.themed(axes) : axes;
 
     // ---- the form
 
@@ -63,7 +72,8 @@
       const points = levels(Math.max(1, Number(field("analysis-concurrency").value) || 1));
       const seconds = configs * points.length * (Number(field("analysis-seconds").value) || 0);
       field("analysis-plan").textContent =
-        `${configs} config${configs === 1 ? "" : "s"} × concurrency ${points.join(", ")}: about ${Math.round(seconds)} s of measurement, plus loading each config.`;
+        `${configs} config${configs === 1 ? "" : "s"} × concurrency ${points.join(", ")}: about ` +
+        `${seconds < 10 ? seconds.toFixed(1) : Math.round(seconds)} s of measurement, plus loading each config.`;
     }
 
     async function samples() {
@@ -184,18 +194,27 @@
           hovertemplate: `${best.label} at concurrency ${best.concurrency}<extra>recommended</extra>`,
         });
       }
+      // a budget far beyond every point would squash them against the axis: it is then named at the edge instead
+      const slowest = Math.max(0, ...analysis.points.filter((p) => p.p99_ms !== null).map((p) => p.p99_ms));
+      const budgetShown = !slowest || analysis.budget_ms <= slowest * 2;
+      const budgetColor = "#b3261e";
       const layout = {
-        margin: { l: 60, r: 20, t: 10, b: 50 },
-        xaxis: { title: { text: "p99 latency (ms)" }, rangemode: "tozero" },
-        yaxis: { title: { text: "throughput (infer/s)" }, rangemode: "tozero" },
-        legend: { orientation: "h", y: -0.25 },
-        shapes: [{ type: "line", xref: "x", yref: "paper", x0: analysis.budget_ms, x1: analysis.budget_ms, y0: 0, y1: 1,
-          line: { color: "#b3261e", dash: "dash", width: 1 } }],
-        annotations: [{ xref: "x", yref: "paper", x: analysis.budget_ms, y: 1, text: "p99 budget", showarrow: false,
-          xanchor: "left", font: { color: "#b3261e" } }],
+        ...chartBase,
+        xaxis: budgetShown ? { ...chartBase.xaxis, autorange: true } : { ...chartBase.xaxis, range: [0, slowest * 1.1] },
+        shapes: budgetShown
+          ? [{ type: "line", xref: "x", yref: "paper", x0: analysis.budget_ms, x1: analysis.budget_ms, y0: 0, y1: 1,
+            line: { color: budgetColor, dash: "dash", width: 1 } }]
+          : [],
+        annotations: [
+          budgetShown
+            ? { xref: "x", yref: "paper", x: analysis.budget_ms, y: 1, text: "p99 budget", showarrow: false,
+              xanchor: "left", font: { color: budgetColor } }
+            : { xref: "paper", yref: "paper", x: 1, y: 1, text: `p99 budget ${analysis.budget_ms} ms →`,
+              showarrow: false, xanchor: "right", font: { color: budgetColor } },
+        ],
         uirevision: String(analysis.id),
       };
-      window.Plotly.react(chart, traces, layout, { displaylogo: false, responsive: true });
+      window.Plotly.react(chart, traces, layout, window.InferaCharts ? window.InferaCharts.PLOT_CONFIG : {});
       chart.dataset.points = String(analysis.points.length);
       const sent = analysis.points.reduce((sum, p) => sum + p.requests, 0);
       const clients = analysis.points.reduce((sum, p) => sum + p.client_requests, 0);

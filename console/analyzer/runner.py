@@ -18,6 +18,7 @@ from channels.db import database_sync_to_async
 
 from console.analyzer import services
 from console.analyzer.models import AnalysisState
+from console.outages import Outage, is_database_outage
 from engine.analysis import LoadPoint, sweep
 from engine.errors import InferaError
 
@@ -40,6 +41,7 @@ class AnalysisRunner:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
         self._running: tuple[int, asyncio.Event] | None = None  # the analysis running now and its cancel event
+        self.database = Outage("the database (analysis runner)")
 
     # ---- from any thread
 
@@ -79,8 +81,12 @@ class AnalysisRunner:
             self._wake.clear()
             try:
                 job = await database_sync_to_async(services.claim_next)()
-            except Exception:  # the database may be down: the next period tries again
-                logger.exception("could not look for queued analyses")
+                self.database.recovered()
+            except Exception as exc:  # the database may be down (logged once): the next period tries again
+                if is_database_outage(exc):
+                    self.database.failed(exc)
+                else:
+                    logger.exception("could not look for queued analyses")
                 job = None
             if job is not None:
                 await self.run_job(job)

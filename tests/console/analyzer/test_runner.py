@@ -157,3 +157,30 @@ async def test_a_version_the_engine_does_not_serve_fails_with_the_engines_reason
     await engine.unload_model("simple")
     assert await AnalysisRunner(engine).run_job(await claim()) == AnalysisState.FAILED
     assert "simple" in (await row(pk)).error
+
+
+async def test_a_database_outage_is_logged_once_and_the_loop_goes_on(engine, monkeypatch, caplog):
+    from django.db import OperationalError
+
+    loop = asyncio.get_running_loop()
+    tried = asyncio.Event()
+    attempts = 0
+
+    def unreachable():
+        nonlocal attempts
+        attempts += 1
+        if attempts == 3:
+            loop.call_soon_threadsafe(tried.set)
+        raise OperationalError("could not connect to server")
+
+    monkeypatch.setattr(services, "claim_next", unreachable)
+    runner = AnalysisRunner(engine, period=0.0)
+    runner.start()
+    try:
+        await tried.wait()
+    finally:
+        await runner.stop()
+    assert runner.database.down and runner.database.failures >= 2  # the third may be cut short by the stop
+    assert [r.getMessage() for r in caplog.records].count(
+        "the database (analysis runner) is unavailable (OperationalError: could not connect to server); serving goes on"
+    ) == 1

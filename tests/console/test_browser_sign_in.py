@@ -15,7 +15,7 @@ def test_it_signs_in_as_admin_and_lands_on_the_home_page(infera_server: ServerPr
     page.fill("input[name=password]", infera_server.admin_password)
     page.click("button[type=submit]")
     page.wait_for_url(infera_server.base_url + "/")
-    assert page.locator("h1").inner_text() == "Infera"
+    assert page.locator("h1").inner_text() == "Overview"
     assert page.locator("nav").inner_text().count("Sign out admin") == 1
     assert page.locator("#engine-state").is_visible()
 

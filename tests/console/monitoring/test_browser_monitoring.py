@@ -120,6 +120,7 @@ def test_it_shows_the_connection_state_and_reconnects_by_itself(monitoring_serve
 
 def test_it_fills_live_numbers_on_other_pages(monitoring_server: ServerProcess, page):
     sign_in(page, monitoring_server)
+    page.goto(monitoring_server.base_url + "/tokens/")  # a page without a metrics socket of its own
     page.evaluate(
         """() => {
           const number = document.createElement('span');

@@ -88,7 +88,7 @@ def test_it_refuses_sequence_models():
         grid_candidates(base, [8], [0], [1])
 
 
-def test_a_candidate_over_the_servers_limits_is_refused_naming_the_field():
+def test_it_refuses_a_candidate_over_the_servers_limits_naming_the_field():
     base = simple_config("simple")
     (candidate,) = grid_candidates(base, [8], [0], [9])
     with pytest.raises(InvalidArgument, match="instance_group asks for 9 instances, over the limit of 4"):
@@ -186,7 +186,7 @@ async def test_it_unloads_the_temporary_version_when_the_sweep_is_cancelled(serv
     assert (await server.infer(simple_request())).model_version == 1
 
 
-async def test_a_caller_who_may_not_load_code_cannot_analyse_a_python_model(tmp_path):
+async def test_it_refuses_a_python_model_to_a_caller_who_may_not_load_code(tmp_path):
     make_simple_string(tmp_path)
     server = InferenceServer(tmp_path, gpu_count=0)
     await server.start()

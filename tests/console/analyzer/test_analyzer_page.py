@@ -14,7 +14,7 @@ def simple(as_operator):
     as_operator.post("/api/models/", {"name": "simple"}, format="json")
 
 
-def test_managers_get_the_form_to_start_an_analysis(operator):
+def test_it_gives_managers_the_form_to_start_an_analysis(operator):
     html = signed_in(operator).get("/models/simple/").content.decode()
     assert 'data-api="/api/models/simple/analyses/"' in html
     for control in ("analysis-form", "analysis-budget", "analysis-start", "analysis-cancel", "analysis-apply"):
@@ -22,7 +22,7 @@ def test_managers_get_the_form_to_start_an_analysis(operator):
     assert "registry/analyzer.js" in html and "vendor/plotly.min.js" in html
 
 
-def test_viewers_see_the_analyses_without_the_controls(viewer):
+def test_it_shows_viewers_the_analyses_without_the_controls(viewer):
     html = signed_in(viewer).get("/models/simple/").content.decode()
     assert 'id="analysis-rows"' in html and 'id="analysis-chart"' in html
     assert 'id="analysis-form"' not in html and 'id="analysis-apply"' not in html

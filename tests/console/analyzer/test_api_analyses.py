@@ -61,7 +61,7 @@ def finished(analysis_id: int, points: list[tuple[int, int, float, float]]) -> A
     return Analysis.objects.get(pk=analysis_id)
 
 
-def test_an_operator_starts_an_analysis_that_waits_for_a_serving_process(as_operator):
+def test_it_queues_an_operators_analysis_for_a_serving_process(as_operator):
     answer = start(as_operator)
     assert answer.status_code == 201, answer.content
     body = answer.json()
@@ -77,7 +77,7 @@ def test_an_operator_starts_an_analysis_that_waits_for_a_serving_process(as_oper
     assert event.actor_name == "otto" and event.object == f"simple/1#analysis-{body['id']}"
 
 
-def test_viewers_read_analyses_but_cannot_start_cancel_or_apply_one(as_operator, as_viewer):
+def test_it_lets_viewers_read_analyses_but_not_start_cancel_or_apply_one(as_operator, as_viewer):
     created = start(as_operator).json()["id"]
     assert as_viewer.get(URL).status_code == 200
     assert as_viewer.get(f"{URL}{created}/").json()["state"] == "QUEUED"
@@ -87,7 +87,7 @@ def test_viewers_read_analyses_but_cannot_start_cancel_or_apply_one(as_operator,
     assert Analysis.objects.count() == 1 and Analysis.objects.get().state == AnalysisState.QUEUED
 
 
-def test_analyses_run_one_at_a_time(as_operator, as_admin):
+def test_it_runs_analyses_one_at_a_time(as_operator, as_admin):
     first = start(as_operator).json()["id"]
     second = start(as_admin)
     assert second.status_code == 409
@@ -132,20 +132,20 @@ def test_it_refuses_malformed_values_by_field(as_operator, changes, field):
     assert answer.status_code == 400 and field in answer.json()
 
 
-def test_only_a_ready_version_is_analysed(as_operator):
+def test_it_analyses_only_a_ready_version(as_operator):
     ModelVersion.objects.filter(number=1).update(state=VersionState.LOADING)
     answer = start(as_operator)
     assert answer.status_code == 409 and "only a READY version can be analysed" in answer.json()["detail"]
 
 
-def test_sample_inputs_that_fit_the_model_are_kept(as_operator):
+def test_it_keeps_sample_inputs_that_fit_the_model(as_operator):
     rows = [list(range(16))]
     answer = start(as_operator, sample_inputs={"INPUT0": rows, "INPUT1": rows})
     assert answer.status_code == 201 and answer.json()["sample_inputs"] is True
     assert Analysis.objects.get().sample_inputs == {"INPUT0": rows, "INPUT1": rows}
 
 
-def test_cancelling_a_queued_analysis_ends_it_audited(as_operator):
+def test_it_ends_a_cancelled_queued_analysis_audited(as_operator):
     created = start(as_operator).json()["id"]
     answer = as_operator.post(f"{URL}{created}/cancel")
     assert answer.status_code == 202 and answer.json()["state"] == "CANCELLED"
@@ -154,7 +154,7 @@ def test_cancelling_a_queued_analysis_ends_it_audited(as_operator):
     assert again.status_code == 409 and "nothing to cancel" in again.json()["detail"]
 
 
-def test_cancelling_a_running_analysis_asks_its_runner_to_stop(as_operator):
+def test_it_asks_the_runner_of_a_cancelled_running_analysis_to_stop(as_operator):
     created = start(as_operator).json()["id"]
     services.claim_next()
     answer = as_operator.post(f"{URL}{created}/cancel/")
@@ -180,7 +180,7 @@ def test_it_applies_the_recommended_config_as_a_new_active_version(as_operator):
     assert AuditEvent.objects.get(action="analysis.apply").detail["version"] == 2
 
 
-def test_another_config_of_the_plan_can_be_applied(as_operator):
+def test_it_applies_another_config_of_the_plan_when_asked(as_operator):
     created = start(as_operator).json()["id"]
     finished(created, [(0, 1, 100.0, 2.0), (1, 1, 90.0, 3.0)])
     answer = as_operator.post(f"{URL}{created}/apply", {"candidate": 1}, format="json")
@@ -205,13 +205,13 @@ def test_it_does_not_apply_without_a_recommendation_or_after_the_active_version_
     assert stale.status_code == 409 and "not the analysed version 1" in stale.json()["detail"]
 
 
-def test_a_queued_or_running_analysis_cannot_be_applied(as_operator):
+def test_it_applies_no_queued_or_running_analysis(as_operator):
     created = start(as_operator).json()["id"]
     answer = as_operator.post(f"{URL}{created}/apply", {}, format="json")
     assert answer.status_code == 409 and "only a finished one can be applied" in answer.json()["detail"]
 
 
-def test_an_analysis_whose_process_stopped_ends_and_frees_the_slot(as_operator):
+def test_it_ends_an_analysis_whose_process_stopped_and_frees_the_slot(as_operator):
     created = start(as_operator).json()["id"]
     services.claim_next()
     long_ago = timezone.now() - datetime.timedelta(seconds=services.STALE_SECONDS + 1)
@@ -231,7 +231,7 @@ def test_it_lists_a_models_analyses_newest_first(as_operator):
     assert as_operator.get("/api/models/nothing/analyses/").status_code == 404
 
 
-def test_the_analysis_endpoints_are_in_the_openapi_schema(as_viewer):
+def test_it_documents_the_analysis_endpoints_in_the_openapi_schema(as_viewer):
     schema = as_viewer.get("/api/schema/", HTTP_ACCEPT="application/json").json()
     paths = schema["paths"]
     assert {"get", "post"} <= set(paths["/api/models/{name}/analyses/"])

@@ -32,11 +32,11 @@ def test_it_keeps_the_points_no_other_beats_on_both_counts():
     assert pareto_front(points) == [0, 1, 3]
 
 
-def test_equal_points_are_both_on_the_front():
+def test_it_keeps_equal_points_both_on_the_front():
     assert pareto_front([point(0, 1, 100, 1.0), point(1, 1, 100, 1.0)]) == [0, 1]
 
 
-def test_points_that_failed_or_measured_nothing_are_left_out():
+def test_it_leaves_out_points_that_failed_or_measured_nothing():
     points = [point(0, 1, 100, 1.0), point(0, 2, 500, 0.5, failures=3), point(1, 1, 0, None)]
     assert pareto_front(points) == [0]
 
@@ -51,12 +51,12 @@ def test_it_recommends_the_most_throughput_within_the_budget():
     assert recommend(points, CANDIDATES, budget_ms=10)[0]["candidate"] == 1
 
 
-def test_a_tie_goes_to_the_lower_latency_then_the_earlier_config():
+def test_it_breaks_a_tie_by_the_lower_latency_then_the_earlier_config():
     assert recommend([point(1, 1, 100, 2.0), point(0, 1, 100, 1.0)], CANDIDATES, 5)[0]["candidate"] == 0
     assert recommend([point(1, 1, 100, 1.0), point(0, 2, 100, 1.0)], CANDIDATES, 5)[0]["candidate"] == 0
 
 
-def test_a_point_within_the_budget_that_failed_is_not_recommended():
+def test_it_recommends_no_point_within_the_budget_that_failed():
     points = [point(0, 1, 100, 1.0), point(1, 1, 900, 0.5, failures=1)]
     assert recommend(points, CANDIDATES, 2)[0]["candidate"] == 0
 

@@ -94,7 +94,7 @@ async def test_it_runs_an_analysis_and_recommends_a_config(served, operator):
     assert (await infer(served)).model_version == 1
 
 
-async def test_the_loop_takes_an_analysis_it_is_woken_for(served, operator, ended):
+async def test_it_takes_an_analysis_it_is_woken_for(served, operator, ended):
     runner = AnalysisRunner(served, period=3600.0)  # only a wake can start it
     runner.start()
     try:
@@ -105,7 +105,7 @@ async def test_the_loop_takes_an_analysis_it_is_woken_for(served, operator, ende
     assert (await row(pk)).state == AnalysisState.DONE
 
 
-async def test_cancelling_it_here_stops_it_at_once(served, operator, first_point, ended):
+async def test_it_stops_at_once_when_cancelled_in_this_process(served, operator, first_point, ended):
     runner = AnalysisRunner(served, period=3600.0)
     runner.start()
     try:
@@ -121,7 +121,7 @@ async def test_cancelling_it_here_stops_it_at_once(served, operator, first_point
     assert not temporary_threads()
 
 
-async def test_a_cancellation_asked_for_elsewhere_is_read_from_the_database(served, operator, first_point):
+async def test_it_reads_a_cancellation_asked_for_elsewhere_from_the_database(served, operator, first_point):
     pk = await start(operator, dataclasses.replace(TWO_CONFIGS, seconds_per_point=2.0))
     running = asyncio.ensure_future(AnalysisRunner(served).run_job(await claim()))
     await first_point.wait()
@@ -130,7 +130,7 @@ async def test_a_cancellation_asked_for_elsewhere_is_read_from_the_database(serv
     assert not temporary_threads()
 
 
-async def test_an_analysis_past_its_time_limit_fails_and_unloads(served, operator):
+async def test_it_fails_an_analysis_past_its_time_limit_and_unloads(served, operator):
     pk = await start(operator)
     job = dataclasses.replace(await claim(), max_seconds=0.0)
     assert await AnalysisRunner(served).run_job(job) == AnalysisState.FAILED
@@ -138,7 +138,7 @@ async def test_an_analysis_past_its_time_limit_fails_and_unloads(served, operato
     assert not temporary_threads()
 
 
-async def test_stopping_the_runner_ends_the_analysis_and_unloads(served, operator, first_point):
+async def test_it_ends_the_analysis_and_unloads_when_stopped(served, operator, first_point):
     runner = AnalysisRunner(served, period=3600.0)
     runner.start()
     pk = await start(operator, dataclasses.replace(TWO_CONFIGS, seconds_per_point=2.0), on_queued=runner.wake)
@@ -150,7 +150,7 @@ async def test_stopping_the_runner_ends_the_analysis_and_unloads(served, operato
     assert (await infer(served)).model_version == 1
 
 
-async def test_a_version_the_engine_does_not_serve_fails_with_the_engines_reason(engine, operator, simple_onnx):
+async def test_it_fails_a_version_the_engine_does_not_serve_with_the_engines_reason(engine, operator, simple_onnx):
     await register(operator, "simple", [simple_onnx], config=SIMPLE_PBTXT)
     await reconcile_once(engine)
     pk = await start(operator)
@@ -159,7 +159,7 @@ async def test_a_version_the_engine_does_not_serve_fails_with_the_engines_reason
     assert "simple" in (await row(pk)).error
 
 
-async def test_a_database_outage_is_logged_once_and_the_loop_goes_on(engine, monkeypatch, caplog):
+async def test_it_logs_a_database_outage_once_and_goes_on(engine, monkeypatch, caplog):
     from django.db import OperationalError
 
     loop = asyncio.get_running_loop()

@@ -52,20 +52,20 @@ def test_it_reads_the_active_versions_config_in_both_forms(as_viewer):
         ),
     ],
 )
-def test_an_invalid_edit_gets_the_engines_message_naming_the_field(as_viewer, text, message):
+def test_it_answers_an_invalid_edit_with_the_engines_message_naming_the_field(as_viewer, text, message):
     body = validate(as_viewer, text)
     assert body["valid"] is False
     assert message in body["errors"][0]
     assert body["config"] is None and body["changes"] == []
 
 
-def test_a_parse_error_names_the_line(as_operator):
+def test_it_names_the_line_of_a_parse_error(as_operator):
     body = validate(as_operator, 'name: "simple"\nmax_batch_size: "eight"\n')
     assert body["valid"] is False
     assert "config.pbtxt: line 2: field 'max_batch_size'" in body["errors"][0]
 
 
-def test_a_valid_edit_shows_its_changes_and_diff(as_viewer):
+def test_it_shows_a_valid_edits_changes_and_diff(as_viewer):
     body = validate(as_viewer, SMALLER)
     assert body["valid"] is True and body["errors"] == []
     assert body["config"]["max_batch_size"] == 4
@@ -84,7 +84,7 @@ def test_it_checks_the_json_form_too(as_operator):
     assert "instance_group 0: count must be 1 or more, got -1" in refused["errors"][0]
 
 
-def test_a_part_added_or_removed_whole_is_one_change(as_operator):
+def test_it_counts_a_part_added_or_removed_whole_as_one_change(as_operator):
     config = as_operator.get(URL).json()["config"]
     config["instance_group"] = [{"count": 2, "kind": "KIND_CPU"}]
     del config["dynamic_batching"]
@@ -109,7 +109,7 @@ def test_it_saves_a_valid_edit_as_a_new_active_version_audited(as_operator, stor
     assert AuditEvent.objects.filter(action="version.upload", object="simple/2").exists()
 
 
-def test_a_field_removed_in_the_editor_is_gone_from_the_new_version(as_operator):
+def test_it_leaves_a_field_removed_in_the_editor_out_of_the_new_version(as_operator):
     without_batching = SIMPLE_PBTXT.replace("dynamic_batching { }", "")
     answer = as_operator.post(
         URL, {"format": "pbtxt", "text": without_batching, "action": "new_version"}, format="json"
@@ -118,7 +118,7 @@ def test_a_field_removed_in_the_editor_is_gone_from_the_new_version(as_operator)
     assert "dynamic_batching" not in answer.json()["config"]
 
 
-def test_an_invalid_edit_cannot_be_saved(as_operator):
+def test_it_saves_no_invalid_edit(as_operator):
     broken = SIMPLE_PBTXT.replace("max_batch_size: 8", "max_batch_size: -1")
     for action in ("new_version", "apply"):
         answer = as_operator.post(URL, {"format": "pbtxt", "text": broken, "action": action}, format="json")
@@ -128,7 +128,7 @@ def test_an_invalid_edit_cannot_be_saved(as_operator):
     assert not AuditEvent.objects.filter(action__in=["config.edit", "version.config"]).exists()
 
 
-def test_an_unchanged_config_is_not_saved(as_operator):
+def test_it_saves_no_unchanged_config(as_operator):
     current = as_operator.get(URL).json()["pbtxt"]
     answer = as_operator.post(URL, {"format": "pbtxt", "text": current, "action": "new_version"}, format="json")
     assert answer.status_code == 400 and "nothing to save" in answer.json()["detail"]
@@ -145,7 +145,7 @@ def test_it_applies_an_edit_to_the_active_version_which_reloads(as_operator, sto
     assert event.object == "simple/1" and event.detail["changes"][0]["field"] == "max_batch_size"
 
 
-def test_viewers_read_and_check_but_do_not_save(as_viewer):
+def test_it_lets_viewers_read_and_check_but_not_save(as_viewer):
     assert as_viewer.get(URL).status_code == 200
     assert validate(as_viewer, SMALLER)["valid"] is True
     answer = as_viewer.post(URL, {"format": "pbtxt", "text": SMALLER, "action": "new_version"}, format="json")
@@ -153,7 +153,7 @@ def test_viewers_read_and_check_but_do_not_save(as_viewer):
     assert ModelVersion.objects.count() == 1
 
 
-def test_a_model_without_an_active_version_has_no_config_to_edit(as_operator):
+def test_it_has_no_config_to_edit_without_an_active_version(as_operator):
     as_operator.post("/api/models/", {"name": "empty"}, format="json")
     assert as_operator.get("/api/models/empty/config").status_code == 409
     assert as_operator.get("/api/models/nothing/config").status_code == 404
@@ -164,7 +164,7 @@ def test_it_refuses_a_malformed_request(as_operator):
     assert answer.status_code == 400 and "format" in answer.json()
 
 
-def test_the_config_endpoints_are_in_the_openapi_schema(as_viewer):
+def test_it_documents_the_config_endpoints_in_the_openapi_schema(as_viewer):
     schema = as_viewer.get("/api/schema/", HTTP_ACCEPT="application/json").json()
     assert {"get", "post"} <= set(schema["paths"]["/api/models/{name}/config"])
     assert "post" in schema["paths"]["/api/models/{name}/config/validate"]

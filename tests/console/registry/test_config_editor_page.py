@@ -14,7 +14,7 @@ def simple(as_operator):
     as_operator.post("/api/models/", {"name": "simple"}, format="json")
 
 
-def test_managers_get_the_editor_with_its_save_buttons(operator):
+def test_it_gives_managers_the_editor_with_its_save_buttons(operator):
     html = signed_in(operator).get("/models/simple/").content.decode()
     assert 'data-api="/api/models/simple/config"' in html
     assert 'data-validate="/api/models/simple/config/validate"' in html
@@ -23,7 +23,7 @@ def test_managers_get_the_editor_with_its_save_buttons(operator):
     assert "registry/config_editor.js" in html and "registry/tuning.css" in html
 
 
-def test_viewers_read_the_config_without_save_buttons(viewer):
+def test_it_shows_viewers_the_config_without_save_buttons(viewer):
     html = signed_in(viewer).get("/models/simple/").content.decode()
     assert 'id="config-text"' in html and "readonly" in html
     assert 'id="config-save-new"' not in html and 'id="config-apply"' not in html

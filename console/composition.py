@@ -1,4 +1,5 @@
-"""The one ASGI application Infera serves: /v2 and /metrics to the engine, WebSockets to Channels, the rest to Django.
+"""The one ASGI application Infera serves: /v2, /v1 and /metrics to the engine, WebSockets to Channels, the rest
+to Django.
 
 It owns the process's Runtime (console/runtime.py): started by ASGI lifespan (uvicorn) or on the first connection
 for servers that send no lifespan events (daphne), stopped at shutdown, and placed in every connection's scope.
@@ -21,11 +22,11 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-ENGINE_PATHS = ("/v2", "/metrics")
+ENGINE_PATHS = ("/v2", "/v1", "/metrics")
 
 
 def is_engine_path(path: str) -> bool:
-    """True for the paths the engine answers itself: /v2, /v2/..., /metrics."""
+    """True for the paths the engine answers itself: /v2, /v1 (OpenAI-compatible), their subpaths, /metrics."""
     return any(path == prefix or path.startswith(prefix + "/") for prefix in ENGINE_PATHS)
 
 

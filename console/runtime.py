@@ -38,6 +38,7 @@ from console.shutdown import Connections
 from engine.frontend import V2App
 from engine.frontend.grpc_server import GrpcFrontEnd
 from engine.frontend.lifespan import ServiceLifespan
+from engine.frontend.openai import OpenAIApp
 from engine.monitoring.prometheus import MetricsApp
 from engine.monitoring.sampler import MetricsSampler
 from engine.server import InferenceServer
@@ -59,7 +60,7 @@ class Runtime:
         # an automatic traffic rollback is audited and becomes the desired state
         self.server.on_traffic_rollback = self.reconciler.traffic_rolled_back
         self.analyzer = AnalysisRunner(self.server)  # analyses queued for this installation, one at a time
-        self.token_cache = TokenCache()
+        self.token_cache = TokenCache(ttl=settings.token_check_seconds, grace=settings.token_grace_seconds)
         self.revocations = RevocationListener(self.token_cache)
         self.authenticate = make_v2_authenticator(
             settings.inference_auth, listen_host, self.token_cache, open_repository=settings.open_repository_control
@@ -83,8 +84,11 @@ class Runtime:
             else None
         )
         self.sampler = MetricsSampler(self.server, use_nvml=not settings.engine.disable_nvml)
-        # /metrics is answered here, every other engine path by the v2 front end
-        self.engine_app = MetricsApp(self.server, self.sampler, fallback=self.v2)
+        # /metrics is answered here, /v1 (OpenAI-compatible) by its app, every other engine path by /v2
+        openai = OpenAIApp(
+            self.server, self.v2, authenticate=self.authenticate, trusted_origins=settings.csrf_trusted_origins
+        )
+        self.engine_app = MetricsApp(self.server, self.sampler, fallback=openai)
         self.lifespan = ServiceLifespan(self.start, self.stop, wait_for_start=False)
         self.connections = Connections()
         self.started: list[str] = []

@@ -26,6 +26,7 @@ Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 # who sent a request: a Principal, or Unauthorized (401) raised for a missing or refused credential
 Authenticate = Callable[[Scope], Awaitable[Principal]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 # Triton's default for --http-max-input-size
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
@@ -76,13 +77,13 @@ class V2App:
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         route = resolve(scope["path"])
         if route is None:
-            await _send(send, Reply(404, error_body("Not Found")))
+            await send_reply(send, Reply(404, error_body("Not Found")))
             return
         if not route.allows(scope["method"]):
             allowed = route.method.replace(",", " or ")
             reply = Reply(405, error_body(f"method {scope['method']} is not allowed; use {allowed}"))
             reply.headers.append((b"allow", route.method.replace(",", ", ").encode()))
-            await _send(send, reply)
+            await send_reply(send, reply)
             return
         try:
             if scope["method"] == "POST":
@@ -105,7 +106,7 @@ class V2App:
             )
             _read_headers(scope, incoming, self.max_body_bytes)
             if scope["method"] == "POST":
-                incoming.body = await _read_body(receive, self.max_body_bytes)
+                incoming.body = await read_body(receive, self.max_body_bytes)
             handler = SYNC_HANDLERS.get(route.endpoint)
             if handler is not None:
                 reply = handler(self.server, incoming)
@@ -121,9 +122,9 @@ class V2App:
             log.exception("unexpected error on %s %s", scope["method"], scope["path"])
             reply = Reply(500, error_body(f"internal error: {type(exc).__name__}: {exc}"))
         if isinstance(reply, StreamReply):
-            await _send_stream(send, receive, reply)
+            await send_stream(send, receive, reply)
         else:
-            await _send(send, reply)
+            await send_reply(send, reply)
 
 
 def _read_headers(scope: Scope, incoming: Incoming, max_body_bytes: int) -> None:
@@ -140,7 +141,7 @@ def _read_headers(scope: Scope, incoming: Incoming, max_body_bytes: int) -> None
             incoming.header_length = value
 
 
-async def _read_body(receive: Receive, max_body_bytes: int) -> bytes:
+async def read_body(receive: Receive, max_body_bytes: int) -> bytes:
     """The whole request body, refusing more than `max_body_bytes`."""
     message = await receive()
     body = message.get("body", b"")
@@ -166,7 +167,7 @@ def _too_large(limit: int) -> PayloadTooLarge:
     return PayloadTooLarge(f"request body exceeds the limit of {limit} bytes")
 
 
-async def _send(send: Send, reply: Reply) -> None:
+async def send_reply(send: Send, reply: Reply) -> None:
     headers = [
         (b"content-type", reply.content_type),
         (b"content-length", str(len(reply.body)).encode()),
@@ -176,7 +177,7 @@ async def _send(send: Send, reply: Reply) -> None:
     await send({"type": "http.response.body", "body": reply.body})
 
 
-async def _send_stream(send: Send, receive: Receive, reply: StreamReply) -> None:
+async def send_stream(send: Send, receive: Receive, reply: StreamReply) -> None:
     """Send chunks as they come; a client that disconnects cancels the stream (the model sees it) and ends it."""
     headers = [(b"content-type", reply.content_type), (b"cache-control", b"no-cache"), *reply.headers]
     gone = asyncio.ensure_future(_disconnected(receive))

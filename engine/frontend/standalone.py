@@ -17,6 +17,7 @@ from engine.errors import InvalidArgument
 from engine.frontend.grpc_server import GrpcFrontEnd
 from engine.frontend.http import Receive, Scope, Send, V2App
 from engine.frontend.lifespan import ServiceLifespan
+from engine.frontend.openai import OpenAIApp
 from engine.monitoring.prometheus import MetricsApp
 from engine.server import InferenceServer
 from engine.settings import EngineSettings, SettingError, read_engine_settings
@@ -30,7 +31,8 @@ class StandaloneApp:
     ) -> None:
         self.server = server
         self.v2 = V2App(server, max_body_bytes=max_body_bytes)
-        self.http = MetricsApp(server, fallback=self.v2)  # /metrics as Triton serves it, the rest is /v2
+        # /metrics as Triton serves it, /v1 the OpenAI-compatible endpoints, the rest is /v2
+        self.http = MetricsApp(server, fallback=OpenAIApp(server, self.v2))
         grpc = server.settings.grpc
         # gRPC only where asked for (the app the environment describes), never by default in a test or a script
         self.grpc = GrpcFrontEnd(server, grpc, host=grpc_host) if grpc_host and grpc.port else None

@@ -71,9 +71,16 @@ async def call(app: object, scope: dict) -> list[dict]:
 
 
 def test_it_knows_the_engine_paths():
-    for path in ("/v2", "/v2/health/ready", "/v2/models/simple/infer", "/metrics"):
+    for path in (
+        "/v2",
+        "/v2/health/ready",
+        "/v2/models/simple/infer",
+        "/metrics",
+        "/v1/models",
+        "/v1/chat/completions",
+    ):
         assert is_engine_path(path), path
-    for path in ("/", "/v2x", "/api/models/", "/metricsx", "/static/v2/a.js"):
+    for path in ("/", "/v2x", "/v1x", "/api/models/", "/metricsx", "/static/v2/a.js"):
         assert not is_engine_path(path), path
 
 

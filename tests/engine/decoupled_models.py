@@ -70,6 +70,58 @@ RAISES = textwrap.dedent(
 )
 
 
+# A text generator in the shape the OpenAI endpoints expect: it "generates" `echo: <prompt>` a character per
+# response, at most max_tokens of them (16 when not given); optional inputs are the ones Triton's vLLM models take.
+TEXT_ECHO = textwrap.dedent(
+    """
+    import threading
+
+    import numpy as np
+    import triton_python_backend_utils as pb_utils
+
+    FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+
+
+    def value(request, name, default):
+        tensor = pb_utils.get_input_tensor_by_name(request, name)
+        return default if tensor is None else tensor.as_numpy().reshape(-1)[0]
+
+
+    class TritonPythonModel:
+        def execute(self, requests):
+            for request in requests:
+                threading.Thread(target=self.generate, args=(request,), daemon=True).start()
+            return None
+
+        def generate(self, request):
+            sender = request.get_response_sender()
+            prompt = value(request, "text_input", b"").decode()
+            limit = int(value(request, "max_tokens", 16))
+            for character in ("echo: " + prompt)[:limit]:
+                if request.is_cancelled():
+                    break
+                text = np.array([character.encode()], dtype=np.object_)
+                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("text_output", text)]))
+            sender.send(flags=FINAL)
+    """
+)
+TEXT_ECHO_CONFIG = """\
+name: "text_echo"
+backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [
+  { name: "text_input" data_type: TYPE_STRING dims: [ 1 ] },
+  { name: "max_tokens" data_type: TYPE_INT32 dims: [ 1 ] optional: true },
+  { name: "temperature" data_type: TYPE_FP32 dims: [ 1 ] optional: true },
+  { name: "stream" data_type: TYPE_BOOL dims: [ 1 ] optional: true }
+]
+output [ { name: "text_output" data_type: TYPE_STRING dims: [ -1 ] } ]
+parameters { key: "openai_text_input" value { string_value: "text_input" } }
+parameters { key: "openai_text_output" value { string_value: "text_output" } }
+"""
+
+
 def repeat_config(name: str) -> ModelConfig:
     """IN [-1] -> OUT [1], IDX [1], no batching (the decoupled policy is written beside it: DECOUPLED)."""
     return python_config(
@@ -78,9 +130,12 @@ def repeat_config(name: str) -> ModelConfig:
 
 
 def build_decoupled_repository(repo: Path) -> Path:
-    """`repeat` (in its stub process), `repeat_in_process`, and `raises`, all decoupled."""
+    """`repeat` (in its stub process), `repeat_in_process`, `raises` and `text_echo`, all decoupled."""
     make_python_model(repo, "repeat", REPEAT, repeat_config("repeat"), extra_config=DECOUPLED)
     in_process = repeat_config("repeat_in_process")
     make_python_model(repo, "repeat_in_process", REPEAT, in_process, extra_config=DECOUPLED + IN_PROCESS)
     make_python_model(repo, "raises", RAISES, repeat_config("raises"), extra_config=DECOUPLED)
+    (repo / "text_echo" / "1").mkdir(parents=True)
+    (repo / "text_echo" / "config.pbtxt").write_text(TEXT_ECHO_CONFIG)
+    (repo / "text_echo" / "1" / "model.py").write_text(TEXT_ECHO)
     return repo

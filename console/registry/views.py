@@ -17,6 +17,7 @@ from console.registry.audit import audit_events
 from console.registry.engine_status import EngineStatus
 from console.registry.forms import MODEL_COLUMNS, MODEL_ORDER, ModelFilterForm
 from console.registry.models import RegisteredModel, VersionState
+from console.registry.playground import generates_text
 from console.registry.uploads import max_upload_bytes
 
 AUDIT_PAGE_SIZE = 100
@@ -53,6 +54,7 @@ def model_detail(request: HttpRequest, name: str) -> HttpResponse:
             "is_ensemble": ensemble,
             "pipeline": pipeline.layout(config, composing_models(config, request)) if ensemble else None,
             "used_by": services.ensembles_using(model.name),
+            "generates_text": generates_text(config),
             "version_states": [state.value for state in VersionState],
         },
     )

@@ -140,6 +140,14 @@ class Channel:
         arrays += [_from_inline(descriptor) for descriptor in header.pop("inline", [])]
         return header, arrays
 
+    def holds_message(self) -> bool:
+        """Whether a whole message already sits in the receive buffer (read with an earlier one)."""
+        buffer = self._buffer
+        if len(buffer) < _LENGTH.size:
+            return False
+        (length,) = _LENGTH.unpack_from(buffer)
+        return len(buffer) >= _LENGTH.size + length
+
     def readable(self, timeout: float | None) -> bool:
         """Whether a message (or the end of the link) can be read within `timeout` seconds (None: wait)."""
         if self._buffer:
@@ -280,11 +288,19 @@ class Exchange:
                 self._answers.pop(number, None)
 
     def _read_until(self, number: int, deadline: float | None) -> None:
-        """Holding the read lock: read messages until `number` is answered, the deadline passes or the link ends."""
+        """Holding the read lock: read messages until `number` is answered, the deadline passes or the link ends.
+
+        Messages that came in the same read as the answer are handled before returning: the serving thread waits
+        on the socket, and would not see what is already buffered (a decoupled model's responses, say)."""
         while True:
             with self._answered:
-                if self._answers.get(number) is not None or self.closed is not None:
-                    return
+                answered = self._answers.get(number) is not None or self.closed is not None
+            if answered:
+                while self.closed is None and self.channel.holds_message():
+                    message = self._receive()
+                    if message is not None:
+                        self.handle(*message)
+                return
             left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
             if not self.channel.readable(left):
                 return  # the deadline passed: ask() raises

@@ -147,7 +147,7 @@ class Completion:
             inputs["sampling_parameters"] = _tensor([json.dumps(given).encode()], np.object_, batched)
         if config.input_named("stream") is not None:
             inputs["stream"] = _tensor([True], np.bool_, batched)
-        return InferenceRequest(self.model, inputs, batch_size=1, parameters=dict(given), protocol="openai")
+        return InferenceRequest(self.model, inputs, batch_size=1, parameters=dict(given))
 
     def text_of(self, outputs: dict[str, np.ndarray] | None) -> str:
         array = (outputs or {}).get(self.served.config.parameters[TEXT_OUTPUT])

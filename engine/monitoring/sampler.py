@@ -58,10 +58,29 @@ class _Counters:
     protocols: dict[str, int]  # front end -> requests answered (successes and failures)
     client_success: int  # through a front end (not an ensemble's steps, BLS, shadow copies, warm-up, analyses)
     client_failure: int
+    # a decoupled model's streams: responses sent, first responses and gaps between responses (count, ns)
+    stream_responses: int = 0
+    first_count: int = 0
+    first_ns: int = 0
+    between_count: int = 0
+    between_ns: int = 0
 
     @classmethod
     def read(cls, stats: ModelStats) -> _Counters:
+        streams = stats.streams
+        stream_counts = (
+            {
+                "stream_responses": streams.responses,
+                "first_count": streams.first_response_count,
+                "first_ns": streams.first_response_ns,
+                "between_count": streams.between_count,
+                "between_ns": streams.between_ns,
+            }
+            if streams is not None
+            else {}
+        )
         return cls(
+            **stream_counts,
             success=stats.success.count,
             success_ns=stats.success.ns,
             failure=stats.fail.count,
@@ -295,6 +314,17 @@ def _model_entry(
         # requests per second by the front end they came through (HTTP, gRPC)
         "protocols": {
             name: rate(count, before.protocols.get(name, 0)) for name, count in sorted(now.protocols.items())
+        },
+        # a decoupled model's streams (a generator's tokens); None for other models
+        "streams": None
+        if stats.streams is None
+        else {
+            "in_flight": stats.streams.in_flight,
+            "responses_per_s": rate(now.stream_responses, before.stream_responses),
+            "first_response_ms": _mean_ms(now.first_ns - before.first_ns, now.first_count - before.first_count),
+            "between_responses_ms": _mean_ms(
+                now.between_ns - before.between_ns, now.between_count - before.between_count
+            ),
         },
     }
 

@@ -118,6 +118,17 @@
         merged.sequences = merged.sequences || { live: 0, backlog: 0, slots_used: 0, slots: 0 };
         for (const key of Object.keys(merged.sequences)) merged.sequences[key] += entry.sequences[key] || 0;
       }
+      if (entry.streams) { // a decoupled model's streams: counts add up, times are the slowest version's
+        const streams = (merged.streams = merged.streams || {
+          in_flight: 0, responses_per_s: 0, first_response_ms: null, between_responses_ms: null,
+        });
+        streams.in_flight += entry.streams.in_flight || 0;
+        streams.responses_per_s += entry.streams.responses_per_s || 0;
+        for (const key of ["first_response_ms", "between_responses_ms"]) {
+          const value = entry.streams[key];
+          if (value !== null) streams[key] = Math.max(streams[key] ?? 0, value);
+        }
+      }
       models.set(entry.name, merged);
     }
     return models;

@@ -19,6 +19,7 @@
   const deviceTitle = document.getElementById("device-title");
   const { MetricsSocket, byModel } = window.InferaLive;
   const CLIENT_PROTOCOLS = new Set(["http", "grpc"]); // how requests reach the server from outside
+  const generationCards = document.querySelectorAll(".generation-card");
 
   const { LiveChart, layout, line, palette } = window.InferaCharts;
   const panel = new window.InferaPipeline.PipelinePanel(document.getElementById("pipeline-panel"));
@@ -98,6 +99,19 @@
     pending: new LiveChart("chart-pending", layout("requests"), (snapshot) =>
       entries(snapshot).map((m) => ({ key: m.name, y: m.pending, trace: line(m.name, colorOf(m.name)) })),
     ),
+    tokens: new LiveChart("chart-tokens", layout("responses/s"), (snapshot) =>
+      generators(snapshot).map((m) => ({ key: m.name, y: m.streams.responses_per_s, trace: line(m.name, colorOf(m.name)) })),
+    ),
+    firstResponse: new LiveChart("chart-first-response", layout("ms"), (snapshot) =>
+      generators(snapshot).flatMap((m) => [
+        { key: `${m.name} first`, y: m.streams.first_response_ms, trace: line(`${m.name} to first`, colorOf(m.name)) },
+        { key: `${m.name} between`, y: m.streams.between_responses_ms,
+          trace: line(`${m.name} between`, colorOf(m.name), { line: { dash: "dot" } }) },
+      ]),
+    ),
+    streams: new LiveChart("chart-streams", layout("streams"), (snapshot) =>
+      generators(snapshot).map((m) => ({ key: m.name, y: m.streams.in_flight, trace: line(m.name, colorOf(m.name)) })),
+    ),
     sequences: new LiveChart("chart-sequences", layout("sequences"), (snapshot) =>
       [...byModel(snapshot).values()]
         .filter((m) => m.sequences)
@@ -110,6 +124,17 @@
         ]),
     ),
   };
+
+  /* Decoupled models (generators): their charts show only when there is one. */
+  function generators(snapshot) {
+    const found = entries(snapshot).filter((m) => m.streams);
+    const shown = found.length > 0;
+    if (generationCards.length && generationCards[0].hidden === shown) {
+      generationCards.forEach((card) => { card.hidden = !shown; });
+      if (shown) window.dispatchEvent(new Event("resize")); // charts drawn while hidden take their width now
+    }
+    return found;
+  }
 
   function deviceSeries(snapshot) {
     const devices = snapshot.devices || { gpus: [], cpu: null };

@@ -5,24 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import ServerProcess, manage_command, serve_process, sign_in
-from tests.engine.decoupled_models import build_decoupled_repository
+from tests.conftest import ServerProcess, sign_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.server]
 
 WAIT_MS = 90_000
-
-
-@pytest.fixture(scope="module")
-def generator_server(tmp_path_factory: pytest.TempPathFactory):
-    """A console serving `text_echo` (a decoupled python model that declares its text tensors) and `repeat`."""
-    var_dir = tmp_path_factory.mktemp("playground") / "var"
-    repo = build_decoupled_repository(tmp_path_factory.mktemp("playground-repo"))
-    env = {"INFERA_DISABLE_NVML": "1"}
-    with serve_process(var_dir, "--no-seed", env=env) as server:
-        manage_command(var_dir, env)("import_repository", str(repo))
-        assert server.wait_for("/v2/models/text_echo/ready", timeout=WAIT_MS / 1000) == 200
-        yield server
 
 
 def test_it_streams_a_completion_into_the_page(generator_server: ServerProcess, page):

@@ -47,3 +47,20 @@ async def test_it_exports_first_response_times_and_stream_counts(server):
     assert found[("infera_stream_inter_response_count_total", labels)] == 2
     assert found[("infera_streams_in_flight", labels)] == 0
     assert not any(name.startswith("infera_stream") and dict(key).get("model") == "simple" for name, key in found)
+
+
+async def test_the_sampler_reports_streams_per_interval(server):
+    from engine.monitoring.sampler import MetricsSampler
+    from tests.engine.monitoring.stand_ins import FIXED_DEVICES
+
+    now = [100.0]
+    sampler = MetricsSampler(server, clock=lambda: now[0], wall_clock=lambda: now[0])
+    sampler.sample(devices=FIXED_DEVICES)
+    for values in ([1, 2, 3], [4]):
+        stream = await server.infer_stream(InferenceRequest("repeat", {"IN": np.array(values, dtype=np.int32)}))
+        _ = [response async for response in stream]
+    now[0] += 2.0
+    snapshot = sampler.sample(devices=FIXED_DEVICES)
+    entry = next(m for m in snapshot["models"] if m["name"] == "repeat")
+    assert entry["streams"]["responses_per_s"] == 2.0 and entry["streams"]["in_flight"] == 0
+    assert entry["streams"]["first_response_ms"] > 0 and entry["streams"]["between_responses_ms"] is not None

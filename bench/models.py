@@ -127,13 +127,14 @@ def _batching_pbtxt(model: BenchModel, kind: str = "KIND_CPU") -> str:
         f"max_batch_size: {model.max_batch_size}\n"
         + _tensors_pbtxt("input", model.datatype, model.inputs)
         + _tensors_pbtxt("output", model.datatype, model.outputs)
-        + f"instance_group [ {{ count: 1 kind: {kind} }} ]\n"
+        + f"instance_group [ {{ kind: {kind} }} ]\n"
         f"dynamic_batching {{ max_queue_delay_microseconds: {model.queue_delay_us} }}\n"
     )
 
 
 def config_pbtxt(model: BenchModel, kind: str = "KIND_CPU") -> str:
-    """The model's config.pbtxt: one instance, one intra-op thread, the dynamic batcher on."""
+    """The model's config.pbtxt: Triton's default instance count (2 on the CPU), one intra-op thread each, the
+    dynamic batcher on."""
     return f'name: "{model.name}"\nplatform: "onnxruntime_onnx"\n' + _batching_pbtxt(model, kind) + ONNX_THREADS
 
 

@@ -46,6 +46,21 @@ class InstanceGroup:
     count: int = 1
     kind: str = "KIND_AUTO"
     gpus: list[int] = field(default_factory=list)
+    # False when the config left `count` out: a CPU group of some backends then gets Triton's default of 2
+    count_given: bool = field(default=True, compare=False, repr=False)
+
+
+# Triton's default `count` of a CPU instance group that names none, and the backends that take it (its
+# SetDefaultInstanceCount: runtimes that scale with instances; pytorch and python keep one)
+DEFAULT_CPU_INSTANCE_COUNT = 2
+DEFAULT_CPU_INSTANCE_BACKENDS = frozenset({"onnxruntime", "tensorflow"})
+
+
+def cpu_instance_count(group: InstanceGroup, backend_name: str) -> int:
+    """How many instances a group that runs on the CPU creates: its `count`, or Triton's default when unset."""
+    if not group.count_given and backend_name in DEFAULT_CPU_INSTANCE_BACKENDS:
+        return DEFAULT_CPU_INSTANCE_COUNT
+    return group.count
 
 
 @dataclass

@@ -53,6 +53,7 @@ def from_message(message: pb.ModelConfig) -> ModelConfig:
                 count=group.count or 1,
                 kind=pb.ModelInstanceGroup.Kind.Name(group.kind),
                 gpus=list(group.gpus),
+                count_given=group.count > 0,
             )
             for group in message.instance_group
         ],

@@ -14,16 +14,38 @@ from engine.stats import ComputeTimes
 from engine.types import InferenceRequest
 
 _STOP = object()
+# a batch runs on the event loop itself, with no hand-off to the worker thread and back, when its instance is idle
+# and the CPU time of the instance's executions averages under this: about what the hand-off costs (a queue put,
+# waking the thread, the GIL passing twice, call_soon_threadsafe), measured at 50-60 µs of CPU a request on the
+# 2-core bench machine (bench/request_profile.py, `simple` at one caller, thread vs inline)
+INLINE_EXECUTE_NS = 60_000
+# weight of the newest execution in the running average
+EXECUTE_EWMA_WEIGHT = 0.2
 
 
 class ModelInstance:
-    """Runs batches on one backend in a dedicated thread; runtimes release the GIL, so instances overlap."""
+    """Runs batches on one backend in a dedicated thread; runtimes release the GIL, so instances overlap.
 
-    def __init__(self, name: str, backend: Backend) -> None:
+    A very cheap model's batch runs inline on the event loop instead (see INLINE_EXECUTE_NS), decided from the
+    average of this instance's measured executions, for backends that allow it (`Backend.runs_on_loop`) on the CPU.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        backend: Backend,
+        *,
+        inline_below_ns: int = INLINE_EXECUTE_NS,
+        cost_clock: Callable[[], int] = time.thread_time_ns,
+    ) -> None:
         self.name = name
         self.backend = backend
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
+        self._cost_clock = cost_clock
+        self.inline_below_ns = inline_below_ns if backend.runs_on_loop and not backend.device.is_gpu else 0
+        self.execute_ns: float | None = None  # running average of executions' CPU time; None before the first
+        self._on_thread = 0  # jobs handed to the worker thread and not finished
 
     @property
     def device(self):
@@ -37,8 +59,19 @@ class ModelInstance:
         """Run `fn` on this instance's thread; the returned future resolves on the caller's loop."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
+        self._on_thread += 1
+        future.add_done_callback(self._thread_job_done)
         self._jobs.put((fn, loop, future))
         return future
+
+    def _thread_job_done(self, _: asyncio.Future) -> None:
+        self._on_thread -= 1
+
+    @property
+    def runs_inline(self) -> bool:
+        """Whether the next batch runs on the event loop: measured cheap, and nothing running on the thread."""
+        average = self.execute_ns
+        return average is not None and average < self.inline_below_ns and not self._on_thread
 
     def execute(self, requests: list[InferenceRequest], batch_sizes: list[int]) -> asyncio.Future:
         """Run one batch; the future gives (per-request outputs, ComputeTimes).
@@ -46,10 +79,18 @@ class ModelInstance:
         A backend may answer one request of the batch with an InferaError in place of its outputs (a python
         model's error response); that request fails alone.
         """
-        return self.call(lambda: self._execute(requests, batch_sizes))
+        if not self.runs_inline:
+            return self.call(lambda: self._execute(requests, batch_sizes))
+        future = asyncio.get_running_loop().create_future()
+        try:
+            future.set_result(self._execute(requests, batch_sizes))
+        except Exception as exc:  # noqa: BLE001 - every failure travels back to the awaiting request
+            future.set_exception(exc)
+        return future
 
     def _execute(self, requests: list[InferenceRequest], batch_sizes: list[int]):
         backend = self.backend
+        cost_start = self._cost_clock()
         t0 = time.perf_counter_ns()
         prepared = backend.prepare_requests(requests)
         t1 = time.perf_counter_ns()
@@ -57,6 +98,11 @@ class ModelInstance:
         t2 = time.perf_counter_ns()
         outputs = backend.split(raw, batch_sizes)
         t3 = time.perf_counter_ns()
+        # the cost is this thread's CPU time, not the wall clock: on the worker thread the wall clock also counts
+        # the waits for the GIL that the event loop holds, which running on the loop would not have
+        cost = self._cost_clock() - cost_start
+        average = self.execute_ns
+        self.execute_ns = cost if average is None else average + EXECUTE_EWMA_WEIGHT * (cost - average)
         return outputs, ComputeTimes(t1 - t0, t2 - t1, t3 - t2)
 
     def _work(self) -> None:

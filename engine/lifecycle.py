@@ -13,7 +13,7 @@ import numpy as np
 
 from engine.backends import Backend, Device, get_backend
 from engine.backends.base import InstanceContext
-from engine.config import InstanceGroup, ModelConfig
+from engine.config import InstanceGroup, ModelConfig, cpu_instance_count
 from engine.datatypes import config_to_wire, numpy_dtype
 from engine.dispatch import Dispatcher
 from engine.ensemble import EnsembleDispatcher, EnsemblePlan
@@ -81,7 +81,7 @@ def instance_slots(config: ModelConfig, gpus: int) -> list[tuple[Device, str]]:
     """(device, Triton's instance name) per instance: `<group name>_<index in group>`, a group being named
     `<model>_<group index>` unless its config names it."""
     slots: list[tuple[Device, str]] = []
-    for index, group in enumerate(config.instance_group or [InstanceGroup()]):
+    for index, group in enumerate(config.instance_group or [InstanceGroup(count_given=False)]):
         group_name = group.name or f"{config.name}_{index}"
         devices = _group_devices(config, group, gpus)
         slots += [(device, f"{group_name}_{i}") for i, device in enumerate(devices)]
@@ -93,7 +93,7 @@ def _group_devices(config: ModelConfig, group: InstanceGroup, gpus: int) -> list
     if kind == "KIND_AUTO":
         kind = "KIND_GPU" if gpus and config.backend_name != "python" else "KIND_CPU"
     if kind != "KIND_GPU":
-        return [Device("CPU", 0) for _ in range(group.count)]
+        return [Device("CPU", 0) for _ in range(cpu_instance_count(group, config.backend_name))]
     if not gpus:
         raise LoadError(f"instance group '{group.name or config.name}' asks for KIND_GPU but this machine has no GPU")
     ids = group.gpus or list(range(gpus))

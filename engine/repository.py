@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 from pathlib import Path
 from typing import Any
 
 from engine.backends import get_backend
-from engine.config import ModelConfig, VersionPolicy
+from engine.config import ModelConfig, VersionPolicy, cpu_instance_count
 from engine.config_format import CONFIG_FILES, merge_config, read_config_file
 from engine.config_validate import check_model_filename, validate_config
 from engine.errors import InvalidArgument, ModelNotFound
@@ -143,7 +144,21 @@ def complete_config(
     if version_path is not None:
         config = get_backend(config.backend_name).autocomplete(config, version_path)
     validate_config(config)
-    return config
+    return with_cpu_instance_counts(config)
+
+
+def with_cpu_instance_counts(config: ModelConfig) -> ModelConfig:
+    """The config with Triton's default `count` written into its KIND_CPU groups that name none (as Triton shows
+    it); a KIND_AUTO group's kind, and so its count, is known only where it loads."""
+    if not any(g.kind == "KIND_CPU" and not g.count_given for g in config.instance_group):
+        return config
+    groups = [
+        dataclasses.replace(g, count=cpu_instance_count(g, config.backend_name), count_given=True)
+        if g.kind == "KIND_CPU" and not g.count_given
+        else g
+        for g in config.instance_group
+    ]
+    return dataclasses.replace(config, instance_group=groups)
 
 
 def _looks_like_model(folder: Path) -> bool:

@@ -46,6 +46,9 @@ class Backend(ABC):
     """
 
     name: ClassVar[str] = ""
+    # whether a very cheap batch may run on the event loop's thread (engine.instances): only for runtimes that
+    # never call back into the loop from `execute` (a python model's BLS call waits on the loop: never inline)
+    runs_on_loop: ClassVar[bool] = False
 
     def __init__(
         self, config: ModelConfig, version_path: Path, device: Device, context: InstanceContext | None = None

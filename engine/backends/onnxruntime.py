@@ -14,7 +14,7 @@ import onnxruntime as ort
 from engine.backends import register_backend
 from engine.backends.base import Backend
 from engine.backends.tensor_layout import int_parameter, sequence_tensors, to_config_shape, to_model_shape
-from engine.config import DynamicBatching, ModelConfig, TensorConfig
+from engine.config import DynamicBatching, InstanceGroup, ModelConfig, TensorConfig, cpu_instance_count
 from engine.datatypes import config_to_wire, numpy_dtype
 from engine.errors import BackendError, LoadError
 
@@ -54,6 +54,7 @@ class OnnxRuntimeBackend(Backend):
     """Runs `model.onnx` in one onnxruntime InferenceSession."""
 
     name = "onnxruntime"
+    runs_on_loop = True
 
     def load(self) -> None:
         self.require_model_file()
@@ -161,7 +162,8 @@ class OnnxRuntimeBackend(Backend):
 def default_intra_op_threads(config: ModelConfig) -> int:
     """The usable cores shared out among the model's CPU instances, at least one each."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    instances = sum(g.count for g in config.instance_group if g.kind != "KIND_GPU") or 1
+    groups = config.instance_group or [InstanceGroup(count_given=False)]
+    instances = sum(cpu_instance_count(g, config.backend_name) for g in groups if g.kind != "KIND_GPU") or 1
     return max(1, cores // instances)
 
 

@@ -20,11 +20,15 @@ from tests.engine.frontend.server_process import free_port, running_server
 
 pytestmark = pytest.mark.server
 
-# the accumulator, oldest strategy, with a long queue delay and a preferred batch of 4: four sequences that
-# start at once make one batch, whatever the machine's speed
-BATCHED_CONFIG = SIMPLE_SEQUENCE_ONNX_CONFIG.replace('name: "simple_sequence_onnx"', 'name: "batched"').replace(
-    "preferred_batch_size: [ 4, 8 ] max_queue_delay_microseconds: 1000",
-    "preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 10000000",
+# the accumulator, oldest strategy, with a long queue delay and a preferred batch of 4, on one instance (two, the
+# default on the CPU, would each batch their own sequences): four sequences that start at once make one batch,
+# whatever the machine's speed
+BATCHED_CONFIG = (
+    SIMPLE_SEQUENCE_ONNX_CONFIG.replace('name: "simple_sequence_onnx"', 'name: "batched"').replace(
+        "preferred_batch_size: [ 4, 8 ] max_queue_delay_microseconds: 1000",
+        "preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 10000000",
+    )
+    + "instance_group [ { count: 1 kind: KIND_CPU } ]\n"
 )
 SWITCHING_CONFIG = SIMPLE_SEQUENCE_ONNX_CONFIG.replace('name: "simple_sequence_onnx"', 'name: "switching"')
 

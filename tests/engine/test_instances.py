@@ -1,0 +1,208 @@
+"""Model instances: where a batch runs (the event loop or the instance's thread), and how many a group makes."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine.backends import Backend
+from engine.backends.base import Device
+from engine.backends.onnxruntime import default_intra_op_threads
+from engine.config import InstanceGroup, ModelConfig
+from engine.config_format import config_to_dict, parse_config_pbtxt
+from engine.instances import ModelInstance
+from engine.lifecycle import instance_devices
+from engine.repository import with_cpu_instance_counts
+from engine.types import InferenceRequest
+
+CPU = Device("CPU", 0)
+
+
+class FakeClock:
+    """The CPU-time clock of an instance: moves only when a backend says its batch took time."""
+
+    def __init__(self) -> None:
+        self.now = 0
+
+    def __call__(self) -> int:
+        return self.now
+
+
+class CostedBackend(Backend):
+    """Echoes its input; each execution advances the fake clock by `cost_ns` and notes the thread it ran on."""
+
+    name = "costed"
+    runs_on_loop = True
+
+    def __init__(self, clock: FakeClock, cost_ns: int, device: Device = CPU) -> None:
+        super().__init__(ModelConfig(name="costed"), Path("."), device)
+        self.clock = clock
+        self.cost_ns = cost_ns
+        self.threads: list[int] = []
+
+    def load(self) -> None:
+        pass
+
+    def execute(self, batch):
+        self.threads.append(threading.get_ident())
+        self.clock.now += self.cost_ns
+        return batch
+
+
+class LoopShyBackend(CostedBackend):
+    """A cheap backend that may not run on the loop (as a python model, whose BLS calls wait on the loop)."""
+
+    runs_on_loop = False
+
+
+def _request() -> InferenceRequest:
+    return InferenceRequest(model_name="costed", inputs={"INPUT0": np.zeros((1, 4), np.float32)}, batch_size=1)
+
+
+async def _run_batches(instance: ModelInstance, count: int) -> None:
+    for _ in range(count):
+        outputs, _ = await instance.execute([_request()], [1])
+        assert outputs[0]["INPUT0"].shape == (1, 4)
+
+
+def _started(backend: CostedBackend, clock: FakeClock, threshold_ns: int = 25_000) -> ModelInstance:
+    instance = ModelInstance("costed-1-0", backend, inline_below_ns=threshold_ns, cost_clock=clock)
+    instance.start()
+    return instance
+
+
+def _loop_thread_of(instance: ModelInstance, scenario) -> int:
+    """Run `scenario()` on a fresh event loop, stop the instance; the loop's thread id."""
+
+    async def main() -> int:
+        await scenario()
+        return threading.get_ident()
+
+    try:
+        return asyncio.run(main())
+    finally:
+        instance.stop()
+
+
+def test_it_runs_a_cheap_models_batches_on_the_event_loop_once_measured() -> None:
+    clock = FakeClock()
+    backend = CostedBackend(clock, cost_ns=2_000)
+    instance = _started(backend, clock)
+
+    loop_thread = _loop_thread_of(instance, lambda: _run_batches(instance, 3))
+    first, *later = backend.threads
+    assert first != loop_thread  # nothing measured yet: the first batch goes to the instance's thread
+    assert later == [loop_thread, loop_thread]
+    assert instance.execute_ns == 2_000
+
+
+def test_it_keeps_an_expensive_models_batches_on_the_instance_thread() -> None:
+    clock = FakeClock()
+    backend = CostedBackend(clock, cost_ns=5_000_000)
+    instance = _started(backend, clock)
+
+    loop_thread = _loop_thread_of(instance, lambda: _run_batches(instance, 3))
+    assert loop_thread not in backend.threads
+    assert len(set(backend.threads)) == 1
+
+
+def test_it_moves_back_to_the_thread_when_batches_grow_expensive() -> None:
+    clock = FakeClock()
+    backend = CostedBackend(clock, cost_ns=1_000)
+    instance = _started(backend, clock)
+
+    async def scenario() -> None:
+        await _run_batches(instance, 2)  # measured, then inline
+        backend.cost_ns = 1_000_000  # the running average crosses the threshold after this inline batch
+        await _run_batches(instance, 2)
+
+    loop_thread = _loop_thread_of(instance, scenario)
+    assert backend.threads[1:3] == [loop_thread, loop_thread]
+    assert backend.threads[3] != loop_thread
+
+
+def test_it_runs_inline_only_when_nothing_is_running_on_the_thread() -> None:
+    clock = FakeClock()
+    backend = CostedBackend(clock, cost_ns=1_000)
+    instance = _started(backend, clock)
+    gate = threading.Event()
+
+    async def scenario() -> tuple[int, bool]:
+        await _run_batches(instance, 1)
+        busy = instance.call(gate.wait)  # the thread is busy with other work of this instance
+        queued = instance.execute([_request()], [1])
+        inline_while_busy = instance.runs_inline
+        gate.set()
+        await busy
+        await queued
+        return threading.get_ident(), inline_while_busy
+
+    try:
+        loop_thread, inline_while_busy = asyncio.run(scenario())
+    finally:
+        instance.stop()
+    assert not inline_while_busy
+    assert loop_thread not in backend.threads
+
+
+@pytest.mark.parametrize(
+    "backend",
+    [
+        lambda clock: LoopShyBackend(clock, cost_ns=1_000),
+        lambda clock: CostedBackend(clock, cost_ns=1_000, device=Device("GPU", 0)),
+    ],
+    ids=["backend-that-may-not", "gpu-instance"],
+)
+def test_it_never_runs_inline_where_the_backend_or_device_forbids(backend) -> None:
+    clock = FakeClock()
+    chosen = backend(clock)
+    instance = _started(chosen, clock)
+
+    loop_thread = _loop_thread_of(instance, lambda: _run_batches(instance, 3))
+    assert loop_thread not in chosen.threads
+
+
+def test_it_fails_an_inline_batch_through_its_future() -> None:
+    clock = FakeClock()
+    backend = CostedBackend(clock, cost_ns=1_000)
+    instance = _started(backend, clock)
+
+    async def scenario() -> None:
+        await _run_batches(instance, 1)
+        backend.execute = lambda batch: (_ for _ in ()).throw(ValueError("bad batch"))
+        with pytest.raises(ValueError, match="bad batch"):
+            await instance.execute([_request()], [1])
+
+    _loop_thread_of(instance, scenario)
+
+
+ONNX_CPU = 'name: "m"\nbackend: "onnxruntime"\nmax_batch_size: 8\n'
+
+
+@pytest.mark.parametrize(
+    ("text", "count"),
+    [
+        (ONNX_CPU + "instance_group [ { kind: KIND_CPU } ]", 2),
+        (ONNX_CPU + "instance_group [ { count: 1 kind: KIND_CPU } ]", 1),
+        (ONNX_CPU + "instance_group [ { count: 3 kind: KIND_CPU } ]", 3),
+        (ONNX_CPU, 2),  # no group: KIND_AUTO on a machine without a GPU is the CPU
+        ('name: "m"\nbackend: "pytorch"\ninstance_group [ { kind: KIND_CPU } ]', 1),
+        ('name: "m"\nbackend: "python"\ninstance_group [ { kind: KIND_CPU } ]', 1),
+    ],
+    ids=["onnx-no-count", "onnx-count-1", "onnx-count-3", "onnx-no-group", "pytorch-no-count", "python-no-count"],
+)
+def test_it_gives_a_cpu_group_without_count_tritons_default(text: str, count: int) -> None:
+    config = parse_config_pbtxt(text)
+    assert len(instance_devices(config, gpus=0)) == count
+
+
+def test_it_shows_the_default_count_in_the_completed_config_and_shares_cores() -> None:
+    config = with_cpu_instance_counts(parse_config_pbtxt(ONNX_CPU + "instance_group [ { kind: KIND_CPU } ]"))
+    assert config_to_dict(config)["instance_group"][0]["count"] == 2
+    assert len(instance_devices(config, gpus=0)) == 2
+    lone = ModelConfig(name="m", backend="onnxruntime", instance_group=[InstanceGroup(kind="KIND_CPU", count=1)])
+    assert default_intra_op_threads(config) == max(1, default_intra_op_threads(lone) // 2)

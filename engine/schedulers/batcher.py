@@ -164,9 +164,17 @@ class DynamicBatcher:
         return min([deadline, *timeouts])
 
     def _take(self, chosen: list[PendingRequest]) -> Batch:
-        ids = {id(p) for p in chosen}
-        for level, queue in self.queues.items():
-            if any(id(p) in ids for p in queue):
-                self.queues[level] = deque(p for p in queue if id(p) not in ids)
-        self.size -= len(chosen)
-        return Batch(requests=chosen, size=sum(p.batch_size for p in chosen))
+        count = len(chosen)
+        queue = self.queues[chosen[0].level]
+        if len(self.queues) == 1 and queue[count - 1] is chosen[-1]:
+            # the usual case, one priority level and the batch its head: chosen keeps queue order, so a batch whose
+            # last request sits at position count - 1 is the queue's first `count` requests
+            for _ in range(count):
+                queue.popleft()
+        else:
+            ids = {id(p) for p in chosen}
+            for level, queue in self.queues.items():
+                if any(id(p) in ids for p in queue):
+                    self.queues[level] = deque(p for p in queue if id(p) not in ids)
+        self.size -= count
+        return Batch(requests=chosen, size=sum(p.request.batch_size for p in chosen))

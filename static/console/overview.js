@@ -17,6 +17,8 @@
   const stateLabel = document.getElementById("connection-state");
   const SPARK_SECONDS = 300;
   const REFRESH_MS = 5000;
+  const MINUTE_MS = 60000;
+  const HOUR_MS = 60 * MINUTE_MS;
   const STATE_TEXT = { connecting: "connecting…", live: "live", refused: "not allowed" };
 
   const series = new Map(); // model name -> [requests/s, ...] of the last SPARK_SECONDS snapshots
@@ -124,12 +126,16 @@
   const minutes = [];
 
   function drawHour() {
-    const x = minutes.map((minute) => new Date(minute.t));
+    // bars stand at the middle of their minute, on an axis that always spans the last hour
+    const x = minutes.map((minute) => new Date(minute.t + MINUTE_MS / 2));
+    const end = Math.max(Date.now(), ...minutes.map((minute) => minute.t + MINUTE_MS));
+    hourLayout.xaxis.range = [new Date(end - HOUR_MS), new Date(end)];
+    const bar = { type: "bar", x, width: MINUTE_MS * 0.8 };
     Plotly.react(
       hourElement,
       [
-        { type: "bar", name: "requests/s", x, y: minutes.map((m) => m.requests_per_s), marker: { color: "#2f6fdb" } },
-        { type: "bar", name: "failures/s", x, y: minutes.map((m) => m.failures_per_s), marker: { color: "#c0392b" } },
+        { ...bar, name: "requests/s", y: minutes.map((m) => m.requests_per_s), marker: { color: "#2f6fdb" } },
+        { ...bar, name: "failures/s", y: minutes.map((m) => m.failures_per_s), marker: { color: "#c0392b" } },
         {
           type: "scatter", mode: "lines+markers", name: "p99 (slowest model)", x, yaxis: "y2",
           y: minutes.map((m) => m.p99_ms), line: { color: "#e07b24", width: 2 },
@@ -167,7 +173,7 @@
     drawSparklines();
     if (snapshot.minute) {
       minutes.push(snapshot.minute);
-      while (minutes.length && minutes[0].t <= snapshot.minute.t - 60 * 60000) minutes.shift();
+      while (minutes.length && minutes[0].t <= snapshot.minute.t - HOUR_MS) minutes.shift();
       drawHour();
     }
     if (snapshot.hour) showFigures(snapshot.hour, "hour");

@@ -274,7 +274,8 @@ def take_screenshots(console: Console) -> None:
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
         try:
-            context = browser.new_context(viewport=VIEWPORT)
+            # Playwright evaluates string predicates (wait_for_function) with eval, which the console's CSP forbids
+            context = browser.new_context(viewport=VIEWPORT, bypass_csp=True)
             page = context.new_page()
 
             page.goto(base + "/accounts/login/")
@@ -331,6 +332,23 @@ def take_screenshots(console: Console) -> None:
             )
             page.wait_for_timeout(600)  # Plotly's last redraw
             shoot(page, "monitoring")
+
+            page.goto(base + "/")
+            page.wait_for_function(
+                "document.getElementById('connection-state').dataset.state === 'live'", timeout=WAIT_MS
+            )
+            page.wait_for_function(
+                "Number(document.getElementById('figure-now-requests_per_s').dataset.value || 0) > 0", timeout=WAIT_MS
+            )
+            page.wait_for_function(
+                f"Number(document.querySelector('[data-sparkline=digits]').dataset.points) >= {CHART_POINTS}",
+                timeout=WAIT_MS,
+            )
+            shoot(page, "overview")
+            page.emulate_media(color_scheme="dark")  # the console follows the browser's scheme
+            page.wait_for_timeout(600)  # Plotly's redraw in the dark scheme's colors
+            shoot(page, "overview-dark")
+            page.emulate_media(color_scheme="light")
             load.finish()
             print(f"  load: {load.ok} requests answered, {load.failed} failed, over {load.elapsed():.0f} s")
             if load.failed:

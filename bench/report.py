@@ -26,6 +26,8 @@ from bench.targets import (
 
 BENCH_DIR = Path(__file__).resolve().parent
 CLOSING_NOTE = BENCH_DIR / "closing_note.md"
+# the profile of the request path (bench/request_profile.py) and what it explains, written by hand
+PROFILE_NOTE = BENCH_DIR / "request_profile.md"
 LAUNCH_TEXT = {
     "console": "the whole console process (`manage.py serve --server uvicorn|daphne`, SQLite, models imported)",
     "standalone": "the engine-only app (`engine.frontend.standalone:app` under uvicorn or daphne)",
@@ -46,7 +48,8 @@ def method_text(settings: dict) -> str:
         "as they would on a small host. Models are built locally from fixed seeds (`bench/models.py`); every "
         "server gets the same ONNX files with one intra-op and one inter-op onnxruntime thread and its batcher on "
         "(Infera: dynamic batching, `max_batch_size` 64 for the MLPs, `max_queue_delay_microseconds` "
-        f"{_delays(settings)}; "
+        f"{_delays(settings)}, `instance_group` KIND_CPU without a count, so Triton's default of 2 instances "
+        "for onnxruntime; "
         "MLServer 1.7.1: adaptive batching, `max_batch_size` 64, `max_batch_time` 2 ms, through "
         f"`bench/mlserver_runtime.py`, `parallel_workers` {settings.get('mlserver_workers', 1)}: 0 runs inference in "
         "its server process, which beat its default of 1 here, 2.4k against 2.0k req/s on mlp_small at 64 "
@@ -556,6 +559,8 @@ def section_renderers(results: dict) -> dict[str, Callable[[], str]]:
         TRAFFIC_HEADING: lambda: section_or_reason(results.get("traffic"), traffic_text),
         "GPU path (bench/gpu.sh)": lambda: gpu_text(results.get("gpu")),
     }
+    if PROFILE_NOTE.exists():
+        renderers["Where the time goes"] = lambda: PROFILE_NOTE.read_text().strip()
     if CLOSING_NOTE.exists():
         renderers["Closing note"] = lambda: CLOSING_NOTE.read_text().strip()
     return renderers

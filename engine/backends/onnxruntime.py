@@ -81,6 +81,8 @@ class OnnxRuntimeBackend(Backend):
         model_outputs = [_session_tensor(arg) for arg in self.session.get_outputs()]
         check_against_model(self.config, model_inputs, model_outputs)
         self._batched = self.config.max_batch_size > 0
+        self._input_configs = {t.name: t for t in self.config.input}  # looked up per batch: no scan of the config
+        self._output_configs = {t.name: t for t in self.config.output}
         self._feed_dtypes = {t.name: _numpy_dtype(t.data_type) for t in model_inputs}
         names = [t.name for t in self.config.output] or [t.name for t in model_outputs]
         # the sequence batcher takes each state output back as the next request's state input
@@ -103,7 +105,7 @@ class OnnxRuntimeBackend(Backend):
     def execute(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         feeds = {}
         for name, array in batch.items():
-            array = to_model_shape(array, self.config.input_named(name), self._batched)
+            array = to_model_shape(array, self._input_configs.get(name), self._batched)
             dtype = self._feed_dtypes.get(name)
             if dtype is not None and dtype.kind == "O":
                 array = _to_str_array(name, array)
@@ -118,7 +120,7 @@ class OnnxRuntimeBackend(Backend):
         for name, value in zip(self._output_names, results, strict=True):
             if value.dtype.kind == "O":
                 value = _to_bytes_array(value)
-            outputs[name] = to_config_shape(value, self.config.output_named(name), self._batched)
+            outputs[name] = to_config_shape(value, self._output_configs.get(name), self._batched)
         return outputs
 
     def unload(self) -> None:

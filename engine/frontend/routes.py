@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from engine.errors import InvalidArgument
@@ -30,8 +31,21 @@ class Route:
         return method in self.method.split(",")
 
 
+# paths up to this long are resolved once and remembered (a server sees a few paths per model, again and again)
+CACHED_PATH_CHARS = 256
+
+
 def resolve(path: str) -> Route | None:
     """The route of a `/v2/...` path, or None when no endpoint lives there."""
+    return _remembered_route(path) if len(path) <= CACHED_PATH_CHARS else _route(path)
+
+
+@functools.lru_cache(maxsize=4096)
+def _remembered_route(path: str) -> Route | None:
+    return _route(path)
+
+
+def _route(path: str) -> Route | None:
     parts = path.split("/")
     if parts and parts[0] == "":
         parts = parts[1:]

@@ -206,3 +206,27 @@ def test_it_shows_the_default_count_in_the_completed_config_and_shares_cores() -
     assert len(instance_devices(config, gpus=0)) == 2
     lone = ModelConfig(name="m", backend="onnxruntime", instance_group=[InstanceGroup(kind="KIND_CPU", count=1)])
     assert default_intra_op_threads(config) == max(1, default_intra_op_threads(lone) // 2)
+
+
+def test_a_served_onnx_model_without_count_runs_two_instances_and_answers(tmp_path: Path) -> None:
+    from engine.server import InferenceServer
+    from tests.engine.model_factory import make_simple_onnx
+
+    make_simple_onnx(tmp_path, extra_config="instance_group [ { kind: KIND_CPU } ]\n")
+
+    async def scenario() -> tuple[int, int, list[int]]:
+        server = InferenceServer(tmp_path)
+        await server.start()
+        try:
+            served = server.get_model("simple")
+            ones = np.ones((1, 16), np.int32)
+            request = InferenceRequest(model_name="simple", inputs={"INPUT0": ones, "INPUT1": ones}, batch_size=1)
+            response = await server.infer(request)
+            count = server.model_config_dict("simple")["instance_group"][0]["count"]
+            return len(served.instances), count, response.outputs["OUTPUT0"][0].tolist()
+        finally:
+            await server.stop()
+
+    instances, count, total = asyncio.run(scenario())
+    assert (instances, count) == (2, 2)
+    assert total == [2] * 16

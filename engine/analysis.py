@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from engine import admission
-from engine.config import DynamicBatching, InstanceGroup, ModelConfig
+from engine.config import DynamicBatching, InstanceGroup, ModelConfig, cpu_instance_count
 from engine.config_format import config_to_dict, merge_config
 from engine.config_validate import validate_config
 from engine.datatypes import numpy_dtype
@@ -89,11 +89,13 @@ def grid_candidates(
             f"model '{base.name}': only models with the default or the dynamic batcher can be analysed "
             "(sequence models and ensembles cannot)"
         )
-    group = copy.deepcopy(base.instance_group[0]) if base.instance_group else InstanceGroup()
+    group = copy.deepcopy(base.instance_group[0]) if base.instance_group else InstanceGroup(count_given=False)
+    # the count the base serves with: a CPU group that names none gets Triton's default (engine.config)
+    served_count = group.count if group.kind == "KIND_GPU" else cpu_instance_count(group, base.backend_name)
     delay = base.dynamic_batching.max_queue_delay_microseconds if base.dynamic_batching else 0
     candidates = []
     for size, wait, count in product(
-        max_batch_sizes or [base.max_batch_size], queue_delays_us or [delay], instance_counts or [group.count]
+        max_batch_sizes or [base.max_batch_size], queue_delays_us or [delay], instance_counts or [served_count]
     ):
         if (size > 0) != (base.max_batch_size > 0):
             raise InvalidArgument(

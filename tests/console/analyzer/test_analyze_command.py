@@ -35,7 +35,8 @@ def analyze(*arguments: str) -> str:
 def test_it_analyses_here_prints_each_point_and_applies_the_recommendation():
     text = analyze("--budget-ms", "60000", "--here", "--apply", *SMALL)
     assert "of 'simple' version 1: 2 configs x concurrency [1, 2], 0.05 s each" in text
-    for label in ("batch 8 · delay 0 µs · 1 instance", "batch 8 · delay 200 µs · 1 instance"):
+    # simple's config names no instance count: an ONNX model on the CPU serves with Triton's default of 2
+    for label in ("batch 8 · delay 0 µs · 2 instances", "batch 8 · delay 200 µs · 2 instances"):
         assert f"{label}, concurrency 1: " in text and f"{label}, concurrency 2: " in text
     assert "Recommended (p99 within 60000 ms): batch 8 · delay " in text
     assert "Applied as version 2 of 'simple' (active once READY)" in text

@@ -15,7 +15,7 @@ from bench.models import MLP_SMALL
 from bench.servers import NotAvailable, ServerSpec
 from bench.wrk import WrkScripts, median_run, run_wrk
 
-Switcher = Callable[[int], None]  # activates one version of mlp_small; raises on failure
+Switcher = Callable[[int], None]  # activates one version of a model (mlp_small in the hot-swap run); raises on failure
 SWITCHES = 10
 
 
@@ -44,13 +44,13 @@ def wait_until(check: Callable[[], bool], what: str, timeout_s: float = 60.0) ->
         time.sleep(0.02)
 
 
-def console_switcher(base_url: str, token: str) -> Switcher:
-    """Switch through the console's REST API (activate, then wait until the engine serves that version).
+def console_switcher(base_url: str, token: str, model: str = MLP_SMALL.name) -> Switcher:
+    """Switch `model` through the console's REST API (activate, then wait until the engine serves that version).
 
     Loads version 1 first: importing the repository marks only the newest version to load.
     """
     auth = {"Authorization": f"Token {token}"}
-    versions = f"{base_url}/api/models/{MLP_SMALL.name}/versions"
+    versions = f"{base_url}/api/models/{model}/versions"
 
     def detail(version: int) -> dict:
         return call_api(f"{versions}/{version}/", None, auth, method="GET")

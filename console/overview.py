@@ -130,6 +130,11 @@ class Overview:
         return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
     @property
+    def device_keys(self) -> str:
+        """Which devices the page shows ("cpu", "gpu:0 gpu:1"): the page swaps its device panel when they change."""
+        return " ".join(device.key for device in self.devices)
+
+    @property
     def gpus(self) -> bool:
         return any(device.key.startswith("gpu:") for device in self.devices)
 

@@ -5,7 +5,8 @@
  * model card's numbers and sparkline (requests/s, an SVG polyline), and, once a minute, the minute that closed and
  * the hour's figures for the hour chart (Plotly). Every REFRESH_MS the page fetches itself and swaps the parts
  * marked [data-refresh] that changed (model states and reasons, counts, recent audit events), so one template draws
- * them; the cards are swapped only when their signature (names, states, reasons) changed.
+ * them; the cards and the device panel are swapped only when their signature (names, states, reasons; which
+ * devices) changed.
  */
 (function () {
   "use strict";
@@ -162,6 +163,8 @@
 
   function onNewest(snapshot) {
     lastSnapshot = snapshot;
+    const note = document.getElementById("sampler-note");
+    if (note) note.hidden = true;
     showFigures(snapshot.server, "now");
     showDevices(snapshot.devices);
     fill(snapshot, root);
@@ -216,6 +219,7 @@
         drawSparklines();
         if (lastSnapshot) fill(lastSnapshot, root);
       }
+      if (part.id === "overview-devices" && lastSnapshot) showDevices(lastSnapshot.devices);
     }
   }
 

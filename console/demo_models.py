@@ -8,6 +8,8 @@
   (python, the label and the top three) (console.demo_pipeline).
 - `digits`: a small MLP trained here on scikit-learn's bundled 8x8 digits, exported to ONNX in two versions of
   visibly different accuracy (1: barely trained, 2: trained properly), so switching versions shows in results.
+- `text_generator`: a character-level transformer trained here for a few seconds on Python's help topics, served as
+  a decoupled python model that streams text with continuous batching (console.demo_generator).
 """
 
 from __future__ import annotations
@@ -20,11 +22,15 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from console.demo_pipeline import PIPELINE_CONFIG, PIPELINE_MODELS
 from console.demo_sequences import SEQUENCE_MODELS
+
+if TYPE_CHECKING:
+    from console.demo_generator import TrainingReport
 
 SIMPLE_CONFIG = """\
 name: "simple"
@@ -118,11 +124,13 @@ DIGITS_TRAINING = {1: (1, 0.0005), 2: (60, 0.01)}
 
 @dataclass
 class SeedReport:
-    """What seeding did: the versions it wrote, those it found already there, and the digits accuracies."""
+    """What seeding did: the versions it wrote, those it found already there, the digits accuracies and how the
+    text generator's training went."""
 
     created: list[str] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)
     accuracy: dict[int, float] = field(default_factory=dict)
+    generator: TrainingReport | None = None
 
 
 def simple_onnx_bytes() -> bytes:
@@ -211,14 +219,17 @@ def seed_repository(store: Path, log: Callable[[str], None] = print) -> SeedRepo
     store.mkdir(parents=True, exist_ok=True)
     report = SeedReport()
 
-    def version(model: str, number: int, filename: str, build: Callable[[], bytes]) -> None:
+    def version_files(model: str, number: int, build: Callable[[], dict[str, bytes]]) -> None:
         target = store / model / str(number)
         label = f"{model}/{number}"
         if target.exists():
             report.kept.append(label)
             return
-        _write_folder_atomically(target, {filename: build()} if filename else {})
+        _write_folder_atomically(target, build())
         report.created.append(label)
+
+    def version(model: str, number: int, filename: str, build: Callable[[], bytes]) -> None:
+        version_files(model, number, lambda: {filename: build()} if filename else {})
 
     _write_config(store / "simple", SIMPLE_CONFIG)
     version("simple", 1, "model.onnx", simple_onnx_bytes)
@@ -245,12 +256,23 @@ def seed_repository(store: Path, log: Callable[[str], None] = print) -> SeedRepo
     _write_config(store / "digits_pipeline", PIPELINE_CONFIG)
     version("digits_pipeline", 1, "", bytes)  # an ensemble's version folder holds no model file
 
+    from console.demo_generator import GENERATOR_CONFIG, generator_files, train_generator  # imports torch
+
+    def build_generator() -> dict[str, bytes]:
+        model, report.generator = train_generator()
+        return generator_files(model)
+
+    _write_config(store / "text_generator", GENERATOR_CONFIG)
+    version_files("text_generator", 1, build_generator)
+
     for label in report.created:
         log(f"created {label}")
     for label in report.kept:
         log(f"kept {label} (already in the store)")
     for number, accuracy in sorted(report.accuracy.items()):
         log(f"digits/{number}: held-out accuracy {accuracy:.1%}")
+    if report.generator is not None:
+        log(f"text_generator/1: {report.generator.describe()}")
     return report
 
 

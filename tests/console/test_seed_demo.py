@@ -45,6 +45,9 @@ def test_it_lays_out_a_triton_repository(store: Path):
         "simple_sequence_onnx/config.pbtxt",
         "simple_string/1/model.py",
         "simple_string/config.pbtxt",
+        "text_generator/1/model.py",
+        "text_generator/1/weights.pt",
+        "text_generator/config.pbtxt",
     ]
     assert "max_batch_size: 8" in (store / "simple" / "config.pbtxt").read_text()
     assert "TYPE_STRING" in (store / "simple_string" / "config.pbtxt").read_text()
@@ -93,6 +96,18 @@ def test_it_runs_simple_string_on_decimal_strings(store: Path):
     assert outputs["OUTPUT1"].tolist() == [[str(i - 2).encode() for i in range(16)]]
 
 
+def test_it_trains_the_text_generator_into_plain_weights(store: Path):
+    from console.demo_generator_core import CharTokenizer, load_model
+    from engine.config_format import parse_config_pbtxt
+
+    model = load_model(str(store / "text_generator" / "1" / "weights.pt"))  # weights_only: tensors, no code
+    assert model.shape.vocab == CharTokenizer().size
+    config = parse_config_pbtxt((store / "text_generator" / "config.pbtxt").read_text())
+    assert config.decoupled and config.max_batch_size == 0
+    assert config.parameters["openai_text_input"] == "text_input"
+    assert config.parameters["openai_text_output"] == "text_output"
+
+
 def test_it_keeps_what_is_there_when_run_again(store: Path):
     before = {p: p.read_bytes() for p in store.rglob("*") if p.is_file()}
     report = seed_repository(store, log=lambda line: None)
@@ -108,6 +123,7 @@ def test_it_keeps_what_is_there_when_run_again(store: Path):
         "simple_sequence/1",
         "simple_sequence_onnx/1",
         "simple_string/1",
+        "text_generator/1",
     ]
     assert {p: p.read_bytes() for p in store.rglob("*") if p.is_file()} == before
 
@@ -120,7 +136,7 @@ def test_it_keeps_an_edited_config(tmp_path: Path):
     (tmp_path / "digits" / "2").mkdir(parents=True)
     for name in ("simple_sequence", "simple_dyna_sequence", "simple_sequence_onnx"):
         (tmp_path / name / "1").mkdir(parents=True)
-    for name in ("digits_pipeline", "digits_preprocess", "digits_postprocess"):
+    for name in ("digits_pipeline", "digits_preprocess", "digits_postprocess", "text_generator"):
         (tmp_path / name / "1").mkdir(parents=True)
     report = seed_repository(tmp_path, log=lambda line: None)
     assert report.created == ["simple/1"]
@@ -134,3 +150,4 @@ def test_the_command_prints_what_it_made_and_the_accuracies(tmp_path: Path):
     assert f"Seeding demo models into {tmp_path}" in text
     assert "created simple/1" in text and "created digits/2" in text
     assert "digits/2: held-out accuracy" in text
+    assert "created text_generator/1" in text and "text_generator/1: " in text and "held-out loss" in text

@@ -84,4 +84,5 @@ def test_seed_demo_registers_the_demo_models(store):
         "simple_sequence": 1,
         "simple_dyna_sequence": 1,
         "simple_sequence_onnx": 1,
+        "text_generator": 1,
     }

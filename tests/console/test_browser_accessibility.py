@@ -16,6 +16,7 @@ PAGES = [
     "/models/?q=no-such-model",
     "/models/simple/",
     "/models/digits_pipeline/",
+    "/models/text_generator/",
     "/monitoring/",
     "/monitoring/?model=digits_pipeline",
     "/users/",

@@ -21,6 +21,7 @@ ALLOWED = {
     "engine.frontend.http",
     "engine.frontend.lifespan",
     "engine.frontend.grpc_server",
+    "engine.frontend.openai",  # the OpenAI-compatible front end, and how a config declares a text generator
     "engine.monitoring.sampler",
     "engine.monitoring.prometheus",
 }

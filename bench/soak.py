@@ -119,16 +119,21 @@ class Phases:
 
 
 class Periodic(threading.Thread):
-    """Calls `action(number)` every `every` seconds (first after `every`) until `stop`; records each outcome."""
+    """Calls `action(number)` every `every` seconds until `stop`, recording each outcome. The first call comes after
+    `every` seconds, or halfway through a run shorter than twice that, so a short run still has one."""
 
-    def __init__(self, every: float, action: Callable[[int], dict], stop: threading.Event, started: float) -> None:
+    def __init__(
+        self, every: float, action: Callable[[int], dict], stop: threading.Event, started: float, duration: float
+    ) -> None:
         super().__init__(daemon=True)
         self.every, self.action, self.stop, self.started = every, action, stop, started
+        self.first = min(every, duration / 2)
         self.events: list[dict] = []
 
     def run(self) -> None:
         for number in range(1, sys.maxsize):
-            if self.stop.wait(max(0.0, self.started + number * self.every - time.monotonic())):
+            due = self.started + self.first + (number - 1) * self.every
+            if self.stop.wait(max(0.0, due - time.monotonic())):
                 return
             begun = time.monotonic()
             try:
@@ -220,15 +225,15 @@ def drive(
     load_at_start = load_average()
     started = time.monotonic()
     traffic = threading.Thread(target=run_load, args=(mix.run(stop),), daemon=True)
-    switches = Periodic(settings.switch_every, switcher, stop, started)
-    uploads = Periodic(settings.upload_every, uploader, stop, started)
+    duration = settings.minutes * 60
+    switches = Periodic(settings.switch_every, switcher, stop, started, duration)
+    uploads = Periodic(settings.upload_every, uploader, stop, started, duration)
     mix.swap()
     for thread in (traffic, switches, uploads):
         thread.start()
     pid = server.process.pid
     samples = [{"t": 0.0, **footprint(pid).as_dict()}]
     windows: list[dict] = []
-    duration = settings.minutes * 60
     phases = Phases(started, min(PHASE_S, duration / 2), duration)
     end = started + duration
     next_sample, next_window = started + settings.sample_every, started + settings.window

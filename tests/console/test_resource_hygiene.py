@@ -236,10 +236,13 @@ def archive(kind: str, files: dict[str, bytes]) -> bytes:
 
 
 JUNK = os.urandom(4096)
+# over Django's FILE_UPLOAD_MAX_MEMORY_SIZE (2.5 MB): the upload is spooled to a temporary file in TMPDIR
+SPOOLED_JUNK = os.urandom(3 * 1024 * 1024)
 # (model, file name, content, what the answer says): refused before staging, while unpacking, or at the trial load
 FAILING_UPLOADS = [
     ("simple", "notes.txt", b"not a model", "neither a model file"),
     ("simple", "model.zip", JUNK, "cannot be read"),
+    ("simple", "large.zip", SPOOLED_JUNK, "cannot be read"),
     ("simple", "model.tar.gz", JUNK, "cannot be read"),
     ("simple", "climb.zip", archive("zip", {"../../model.onnx": b"x"}), "climbs out"),
     ("simple", "nothing.tar.gz", archive("tar.gz", {"1/readme.txt": b"x"}), "holds none of"),

@@ -44,7 +44,7 @@ from console.demo_sequences import SEQUENCE_MODELS
 
 RESULTS = ROOT / "bench" / "results" / "soak"
 DOC = ROOT / "docs" / "reliability.md"
-DEMO_MODELS = ["simple", "simple_string", "digits", "digits_pipeline"]
+DEMO_MODELS = ["simple", "simple_string", "digits", "digits_pipeline", "text_generator"]
 DEMO_MODELS += [name for name, *_ in SEQUENCE_MODELS] + [name for name, *_ in PIPELINE_MODELS]
 SWITCHED = "digits"
 PHASE_S = 300.0  # p99 is compared between the first and the last five minutes

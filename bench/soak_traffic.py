@@ -324,6 +324,23 @@ def pipeline_images(answers: DigitsAnswers) -> Callable[[], Iterator[Call]]:
     return calls
 
 
+GENERATED_CHARACTERS = 16
+
+
+def generated_text() -> Iterator[Call]:
+    """`text_generator` (a decoupled python model) through the generate extension: one answer holding the whole
+    text, at most GENERATED_CHARACTERS characters of it (its tokens are characters)."""
+    body = orjson.dumps({"text_input": "def ", "max_tokens": GENERATED_CHARACTERS, "temperature": 0})
+
+    def check(reply: Reply) -> str | None:
+        text = orjson.loads(reply.body)["text_output"]
+        if isinstance(text, str) and 0 < len(text) <= GENERATED_CHARACTERS:
+            return None
+        return f"text_output {text!r}"
+
+    return itertools.repeat(Call("/v2/models/text_generator/generate", body, JSON, checked(check)))
+
+
 _SEQUENCE_IDS = itertools.count(1)  # correlation ids never repeat within one soak
 
 
@@ -361,4 +378,5 @@ def demo_streams(store: Path) -> list[Stream]:
         Stream("simple_sequence json", 2, sequences("simple_sequence")),
         Stream("simple_dyna_sequence json", 4, sequences(DYNA)),
         Stream("simple_sequence_onnx json", 4, sequences("simple_sequence_onnx")),
+        Stream("text_generator generate", 2, generated_text),
     ]

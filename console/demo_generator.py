@@ -104,7 +104,10 @@ class TritonPythonModel:
         continuous = parameters.get("continuous_batching", "true").strip().lower()
         if continuous not in SWITCHES:
             raise pb_utils.TritonModelException(f"continuous_batching must be true or false, got {continuous!r}")
-        max_sequences = int(parameters.get("max_sequences", "64")) if SWITCHES[continuous] else 1
+        max_sequences = parameters.get("max_sequences", "64").strip()
+        if not max_sequences.isdigit() or int(max_sequences) < 1:
+            raise pb_utils.TritonModelException(f"max_sequences must be a whole number from 1, got {max_sequences!r}")
+        max_sequences = int(max_sequences) if SWITCHES[continuous] else 1
         model = load_model(os.path.join(args["model_repository"], args["model_version"], WEIGHTS_FILE))
         labels = {"model": args["model_name"], "version": str(args["model_version"])}
         counter = pb_utils.MetricFamily.COUNTER

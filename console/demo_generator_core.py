@@ -233,6 +233,8 @@ class ContinuousBatcher:
         max_sequences: int = 64,
         on_step: Callable[[int], None] | None = None,
     ) -> None:
+        if max_sequences < 1:
+            raise ValueError(f"max_sequences must be at least 1, got {max_sequences}")
         self.model = model
         self.tokenizer = tokenizer
         self.emit = emit

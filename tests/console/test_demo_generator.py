@@ -5,7 +5,9 @@ max_tokens, a full context and cancellation. The served model.py runs in the eng
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -216,18 +218,24 @@ def test_the_served_model_is_one_file_declared_for_the_openai_endpoints():
 # ---- the model.py in the engine's python backend (its own stub process)
 
 
-@pytest.fixture
-async def engine(tmp_path, model):
+@contextlib.asynccontextmanager
+async def serving(repo: Path, model: CharTransformer, config: str = GENERATOR_CONFIG):
     from engine.server import InferenceServer
     from engine.settings import EngineSettings
 
-    write_generator(tmp_path / "repo", model)  # float64 weights: the served model computes exactly as `model`
-    server = InferenceServer(tmp_path / "repo", gpu_count=0, settings=EngineSettings())
+    write_generator(repo, model, config)  # float64 weights: the served model computes exactly as `model`
+    server = InferenceServer(repo, gpu_count=0, settings=EngineSettings())
     await server.start(load_models=True)
     try:
         yield server
     finally:
         await server.stop()
+
+
+@pytest.fixture
+async def engine(tmp_path, model):
+    async with serving(tmp_path / "repo", model) as server:
+        yield server
 
 
 async def answers(engine, request) -> list:
@@ -245,7 +253,7 @@ async def answers(engine, request) -> list:
     return responses
 
 
-def generate(prompt: str, **inputs):
+def generate(prompt: str, parameters: dict | None = None, **inputs):
     from engine.types import InferenceRequest
 
     tensors = {"text_input": np.array([prompt.encode()], dtype=np.object_)}
@@ -255,7 +263,16 @@ def generate(prompt: str, **inputs):
             tensors[name] = np.array([json.dumps(value).encode()], dtype=np.object_)
         else:
             tensors[name] = np.array([value], dtype=kinds[name])
-    return InferenceRequest("text_generator", tensors)
+    return InferenceRequest("text_generator", tensors, parameters=parameters or {})
+
+
+def step_counts(engine) -> tuple[float, float]:
+    """The served model's steps and sequence-steps, from its custom metrics."""
+    labels = {"model": "text_generator", "version": "1"}
+    metrics = engine.custom_metrics
+    return metrics.value("text_generator_steps_total", labels), metrics.value(
+        "text_generator_sequence_steps_total", labels
+    )
 
 
 async def test_the_served_model_streams_tokens_then_the_final_flag(engine, model):
@@ -272,7 +289,21 @@ async def test_the_served_model_streams_tokens_then_the_final_flag(engine, model
     refused = await answers(engine, generate("The ", temperature=-1.0))
     assert refused[-1].final and "temperature must be 0 or more" in refused[-1].error.message
 
-    labels = {"model": "text_generator", "version": "1"}
-    steps = engine.custom_metrics.value("text_generator_steps_total", labels)
-    fed = engine.custom_metrics.value("text_generator_sequence_steps_total", labels)
+    steps, fed = step_counts(engine)
     assert fed == 10 + cut + 1 and 1 <= steps <= fed  # one sequence-step per generated token
+
+
+async def test_the_served_model_steps_one_sequence_at_a_time_when_batching_is_off(tmp_path, model):
+    serial = GENERATOR_CONFIG.replace(
+        'key: "continuous_batching" value: { string_value: "true" }',
+        'key: "continuous_batching" value: { string_value: "false" }',
+    )
+    assert serial != GENERATOR_CONFIG
+    prompts = ["The ", "def ", "x"]
+    async with serving(tmp_path / "repo", model, serial) as engine:
+        # settings as request parameters, as the OpenAI endpoints send them
+        requests = [generate(prompt, {"max_tokens": 6, "temperature": 0}, stream=True) for prompt in prompts]
+        streams = await asyncio.gather(*(answers(engine, request) for request in requests))
+        texts = ["".join(r.outputs["text_output"][0].decode() for r in stream if r.outputs) for stream in streams]
+        assert texts == [alone(model, prompt, Sampling(max_tokens=6, temperature=0))[0] for prompt in prompts]
+        assert step_counts(engine) == (18, 18)

@@ -132,7 +132,8 @@ def changes(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any
 
 def _compare(before: Any, after: Any, path: str, found: list[dict[str, Any]]) -> None:
     if isinstance(before, dict) and isinstance(after, dict):
-        for key in sorted(before.keys() | after.keys(), key=list({**before, **after}).index):
+        # by name: the stored config's key order is the database's (PostgreSQL's jsonb reorders keys)
+        for key in sorted(before.keys() | after.keys()):
             _compare(before.get(key), after.get(key), f"{path}.{key}" if path else key, found)
     elif isinstance(before, list) and isinstance(after, list) and _nested(before + after):
         for index in range(max(len(before), len(after))):

@@ -227,8 +227,9 @@ class Reconciler:
                 self.wake.clear()
                 if channel:
                     await self._join(layer, channel)
+                delay = await self._pass()  # first: a pass cancelled by stop() leaves no waiter unawaited
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.wake.wait(), await self._pass())
+                    await asyncio.wait_for(self.wake.wait(), delay)
         finally:
             if listener is not None:
                 listener.cancel()

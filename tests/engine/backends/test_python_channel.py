@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 import threading
 
-from engine.backends.python_channel import Channel, Exchange, Region
+from engine.backends.python_channel import Channel, ChannelClosed, Exchange, Region
 
 
 def test_it_handles_messages_that_follow_an_answer():
@@ -27,11 +27,14 @@ def test_it_handles_messages_that_follow_an_answer():
     threading.Thread(target=exchange.serve, daemon=True).start()
 
     def answer_then_notes() -> None:
-        while True:
-            header, _ = peer.receive()
-            peer.send({"answer": header["id"], "op": "done"})
-            for index in range(15):  # as a model thread sends responses once execute has returned
-                peer.send({"op": "note", "index": index})
+        try:
+            while True:
+                header, _ = peer.receive()
+                peer.send({"answer": header["id"], "op": "done"})
+                for index in range(15):  # as a model thread sends responses once execute has returned
+                    peer.send({"op": "note", "index": index})
+        except ChannelClosed:
+            pass  # the test is over and closed the link
 
     threading.Thread(target=answer_then_notes, daemon=True).start()
     for round_number in range(1, 21):

@@ -189,10 +189,10 @@ def soak(settings: SoakSettings) -> dict:
     shutil.rmtree(home.workdir, ignore_errors=True)
     home.workdir.mkdir(parents=True)
     port = free_port()
-    command = [PYTHON, "manage.py", "serve", "--host", "127.0.0.1", "--port", str(port), "--no-access-log"]
+    command = [PYTHON, "manage.py", "serve", "--host", "127.0.0.1", "--port", str(port)]
     spec = ServerSpec(
         "infera-soak",
-        [*command, "--grpc-port", "0"],
+        [*command, "--no-access-log", "--grpc-port", "0"],  # gRPC off: nothing to collide on
         port,
         env=home.env | SERVER_ENV,
         ready_timeout_s=600,  # migrations, training the digits demo, loading every model

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,7 @@ REDIS_SCHEMES = ("redis", "rediss", "unix")
 INFERENCE_AUTH_CHOICES = ("token", "none", "auto")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 DEFAULT_API_RATE = "600/min"
+REPLICA_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,7 @@ class InferaSettings:
     login_window_seconds: int = 300
     api_rate: str = DEFAULT_API_RATE
     secure_cookies: bool | None = None  # None: Secure unless debug
+    replica_name: str = "infera"
     engine: EngineSettings = field(default_factory=EngineSettings)
 
     @property
@@ -117,8 +120,23 @@ def read_settings(environ: Mapping[str, str] | None = None) -> InferaSettings:
         login_window_seconds=env_int("INFERA_LOGIN_WINDOW_SECONDS", 300, minimum=1, environ=env),
         api_rate=api_rate(env_str("INFERA_API_RATE", environ=env)),
         secure_cookies=None if secure_cookies is None else env_bool("INFERA_SECURE_COOKIES", not debug, environ=env),
+        replica_name=replica_name(env_str("INFERA_REPLICA_NAME", environ=env)),
         engine=engine,
     )
+
+
+def replica_name(raw: str | None) -> str:
+    """INFERA_REPLICA_NAME checked: this serving process's name among replicas (default: the host name, which is
+    the pod's name on Kubernetes)."""
+    name = socket.gethostname() if raw is None or not raw.strip() else raw.strip()
+    if not REPLICA_NAME.fullmatch(name):
+        if raw is None or not raw.strip():  # a host name we cannot use as is: keep its usable part
+            return re.sub(r"[^A-Za-z0-9._-]", "-", name)[:63].strip("-.") or "infera"
+        raise EnvError(
+            "INFERA_REPLICA_NAME must be 1 to 63 letters, digits, '.', '_' or '-', starting with a letter or digit, "
+            f"got {raw!r}"
+        )
+    return name
 
 
 def api_rate(raw: str | None) -> str:

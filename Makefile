@@ -6,7 +6,7 @@ VENV := .venv
 VENV_PYTHON := $(VENV)/bin/python
 STAMP := $(VENV)/.requirements-installed
 
-.PHONY: serve test bench lint format venv
+.PHONY: serve cluster test bench lint format venv
 
 venv: $(STAMP)
 
@@ -19,6 +19,11 @@ $(STAMP): requirements.txt | $(VENV_PYTHON)
 
 serve: $(STAMP)
 	$(VENV_PYTHON) manage.py serve
+
+# REPLICAS replicas behind HAProxy on http://127.0.0.1:8080, on the machine's PostgreSQL and Redis (deploy/local.py)
+REPLICAS ?= 3
+cluster: $(STAMP)
+	$(VENV_PYTHON) -m deploy.local --replicas $(REPLICAS)
 
 test: $(STAMP)
 	$(VENV_PYTHON) -m pytest

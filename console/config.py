@@ -53,6 +53,8 @@ class InferaSettings:
     api_rate: str = DEFAULT_API_RATE
     secure_cookies: bool | None = None  # None: Secure unless debug
     replica_name: str = "infera"
+    migrate: bool = True  # False: another process (a Kubernetes Job) applies migrations; serve waits for them
+    seed_demo: bool = True  # False: serve writes no demo models (a cluster's replicas, production)
     engine: EngineSettings = field(default_factory=EngineSettings)
 
     @property
@@ -95,15 +97,23 @@ def read_settings(environ: Mapping[str, str] | None = None) -> InferaSettings:
         raise EnvError(str(exc)) from None
     if engine.trace_dir is None:  # trace files live under var/ unless INFERA_TRACE_DIR says where
         engine = dataclasses.replace(engine, trace_dir=var_dir / "traces")
+    secret_key = env_str("INFERA_SECRET_KEY", environ=env)
+    redis_url = env_url("REDIS_URL", REDIS_SCHEMES, environ=env)
+    if redis_url is not None and not secret_key:
+        # replicas sharing Redis answer the same users: a key each would end every session at the next replica
+        raise EnvError(
+            "INFERA_SECRET_KEY (or INFERA_SECRET_KEY_FILE) must be set when REDIS_URL is: every replica signs "
+            "sessions with it, so all of them need the same one"
+        )
     return InferaSettings(
         var_dir=var_dir,
         model_store=env_path("INFERA_MODEL_STORE", var_dir / "models", base=BASE_DIR, environ=env),
         debug=debug,
-        secret_key=env_str("INFERA_SECRET_KEY", environ=env),
+        secret_key=secret_key,
         allowed_hosts=tuple(env_list("INFERA_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"], environ=env)),
         csrf_trusted_origins=tuple(env_list("INFERA_CSRF_TRUSTED_ORIGINS", [], environ=env)),
         database_url=env_url("DATABASE_URL", DATABASE_SCHEMES, environ=env),
-        redis_url=env_url("REDIS_URL", REDIS_SCHEMES, environ=env),
+        redis_url=redis_url,
         max_upload_mb=max_upload_mb,
         # an archive may unpack to this much, in this many members (zip bombs and member floods stop here)
         max_unpacked_mb=env_int("INFERA_MAX_UNPACKED_MB", 4 * max_upload_mb, minimum=1, environ=env),
@@ -121,6 +131,8 @@ def read_settings(environ: Mapping[str, str] | None = None) -> InferaSettings:
         api_rate=api_rate(env_str("INFERA_API_RATE", environ=env)),
         secure_cookies=None if secure_cookies is None else env_bool("INFERA_SECURE_COOKIES", not debug, environ=env),
         replica_name=replica_name(env_str("INFERA_REPLICA_NAME", environ=env)),
+        migrate=env_bool("INFERA_MIGRATE", True, environ=env),
+        seed_demo=env_bool("INFERA_SEED_DEMO", True, environ=env),
         engine=engine,
     )
 

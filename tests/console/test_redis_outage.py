@@ -5,53 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
-import subprocess
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
 import websockets
 
-from tests.conftest import ServerProcess, api_call, free_port, manage_command, serve_process, signed_in_opener
+from deploy.local import RedisServer
+from tests.conftest import ServerProcess, api_call, manage_command, serve_process, signed_in_opener
 
 pytestmark = pytest.mark.server
-
-
-class RedisServer:
-    """A redis-server of the test's own on a free port, which the test stops and starts again."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.port = free_port()
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        executable = shutil.which("redis-server")
-        if executable is None:
-            pytest.fail("redis-server is missing (Debian's redis-server package; the machine's services include it)")
-        self.process = subprocess.Popen(
-            [executable, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-            cwd=self.folder,
-            stdout=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 30
-        while subprocess.run(["redis-cli", "-p", str(self.port), "ping"], capture_output=True).stdout != b"PONG\n":
-            assert time.monotonic() < deadline, "redis-server did not answer"
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.kill()
-            self.process.wait(timeout=10)
-            self.process = None
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +26,7 @@ def redis_served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Ser
     var_dir = tmp_path_factory.mktemp("redis-outage") / "var"
     env = {
         "REDIS_URL": redis.url,
+        "INFERA_SECRET_KEY": "redis-outage-test-secret-key-not-for-production",  # required with REDIS_URL
         "INFERA_RECONCILE_SECONDS": "1",
         "INFERA_DISABLE_NVML": "1",
         "INFERA_SECURE_COOKIES": "0",

@@ -1,4 +1,7 @@
-"""`manage.py serve`: migrate, make the first admin, seed the demo models, then serve everything in one process."""
+"""`manage.py serve`: migrate, make the first admin, seed the demo models, then serve everything in one process.
+
+The first three steps run once per database even when replicas start together (console/startup.py).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from console.env import env_int, env_str
 from console.first_admin import ensure_admin
+from console.startup import MigrationsMissing, start_up_lock, wait_for_migrations
 
 
 class Command(BaseCommand):
@@ -34,7 +38,9 @@ class Command(BaseCommand):
             default=None,
             help="port of the gRPC front end on the same host (default: $INFERA_GRPC_PORT or 8001; 0 turns it off)",
         )
-        parser.add_argument("--no-seed", action="store_true", help="do not write the demo models")
+        parser.add_argument(
+            "--no-seed", action="store_true", help="do not write the demo models (as INFERA_SEED_DEMO=false)"
+        )
         parser.add_argument("--no-access-log", action="store_true", help="do not log each request")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -48,11 +54,11 @@ class Command(BaseCommand):
                 raise CommandError(f"--grpc-port must be between 0 and 65535, got {options['grpc_port']}")
             infera = infera.replace(grpc=dataclasses.replace(infera.engine.grpc, port=options["grpc_port"]))
 
-        call_command("migrate", interactive=False, verbosity=0)
-        self.stdout.write("Database is up to date.")
-        self._ensure_admin()
-        if not options["no_seed"]:
-            call_command("seed_demo")
+        with start_up_lock(on_wait=lambda: self._say("Another replica is preparing the database; waiting for it.")):
+            self._migrate(infera.migrate)
+            self._ensure_admin()
+            if infera.seed_demo and not options["no_seed"]:
+                call_command("seed_demo")
         shown_host = f"[{host}]" if ":" in host else host
         grpc_port = infera.engine.grpc.port
         self.stdout.write(
@@ -71,6 +77,25 @@ class Command(BaseCommand):
             from console.uvicorn_runner import run_uvicorn
 
             run_uvicorn(infera, host, port, access_log=access_log)
+
+    def _say(self, line: str) -> None:
+        self.stdout.write(line)
+        self.stdout.flush()
+
+    def _migrate(self, migrate: bool) -> None:
+        if migrate:
+            call_command("migrate", interactive=False, verbosity=0)
+            self._say("Database is up to date.")
+            return
+        try:
+            wait_for_migrations(
+                on_wait=lambda missing: self._say(
+                    f"INFERA_MIGRATE=false: waiting for {len(missing)} migrations to be applied by another process."
+                )
+            )
+        except MigrationsMissing as exc:
+            raise CommandError(str(exc)) from None
+        self._say("Database is up to date (migrated by another process).")
 
     def _ensure_admin(self) -> None:
         try:

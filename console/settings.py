@@ -76,7 +76,7 @@ TEMPLATES = [
 # ---- Data: DATABASE_URL (SQLite under var/ by default, PostgreSQL for replicas), REDIS_URL (channel layer) ----
 DATABASES = {"default": database_settings(INFERA.database_url, default_sqlite=INFERA.var_dir / "infera.sqlite3")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-CHANNEL_LAYERS = channel_layer_settings(INFERA.redis_url)
+CHANNEL_LAYERS = channel_layer_settings(INFERA.redis_url, peers_directory=INFERA.var_dir / "peers")
 
 # ---- Accounts ----
 AUTH_PASSWORD_VALIDATORS = [

@@ -54,10 +54,15 @@ def _private_file(path: Path) -> None:
         path.chmod(0o600)
 
 
-def channel_layer_settings(redis_url: str | None) -> dict[str, Any]:
-    """CHANNEL_LAYERS: Redis when REDIS_URL is set (several replicas), in-memory for one process."""
+def channel_layer_settings(redis_url: str | None, peers_directory: Path | None = None) -> dict[str, Any]:
+    """CHANNEL_LAYERS: Redis when REDIS_URL is set (several replicas); otherwise in memory, shared with the other
+    workers of `serve --workers` through sockets in `peers_directory` (console/peers/layer.py)."""
     if redis_url is None:
-        return {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+        if peers_directory is None:
+            return {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+        return {
+            "default": {"BACKEND": "console.peers.layer.LocalPeerLayer", "CONFIG": {"directory": str(peers_directory)}}
+        }
     return {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",

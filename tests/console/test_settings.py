@@ -44,6 +44,8 @@ def test_it_names_database_url_without_a_database():
 
 def test_it_uses_redis_for_channels_only_when_asked():
     assert channel_layer_settings(None)["default"]["BACKEND"] == "channels.layers.InMemoryChannelLayer"
+    local = channel_layer_settings(None, peers_directory=Path("/srv/var/peers"))["default"]
+    assert local == {"BACKEND": "console.peers.layer.LocalPeerLayer", "CONFIG": {"directory": "/srv/var/peers"}}
     redis = channel_layer_settings("redis://127.0.0.1:6379/1")["default"]
     assert redis["BACKEND"] == "channels_redis.core.RedisChannelLayer"
     assert redis["CONFIG"]["hosts"] == ["redis://127.0.0.1:6379/1"]

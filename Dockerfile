@@ -20,11 +20,14 @@ RUN useradd --create-home --uid 10001 infera \
 WORKDIR /app
 COPY --chown=infera:infera . /app
 USER infera
+# compiled now: on Kubernetes the root file system is read-only and nothing could be cached at start
+RUN python -m compileall -q console engine manage.py
 
 # /data: database (SQLite by default), secret key; /models: the model store, a Triton-layout repository
 ENV INFERA_VAR_DIR=/data INFERA_MODEL_STORE=/models
 VOLUME ["/data", "/models"]
-EXPOSE 8000
+# HTTP (console, API, /v2, /metrics) and gRPC
+EXPOSE 8000 8001
 
 HEALTHCHECK --interval=15s --timeout=5s --start-period=120s --retries=3 \
     CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/v2/health/ready', timeout=4)"]

@@ -20,7 +20,6 @@ from tests.deploy.manifests import (
     SECRET_SETTINGS,
     Manifests,
     all_containers,
-    kustomize,
     pod_spec,
     rendered,
 )
@@ -241,9 +240,14 @@ def pending_metric_names(manifests: Manifests) -> set[str]:
     return {m["pods"]["metric"]["name"] for m in autoscaler["spec"]["metrics"] if m["type"] == "Pods"}
 
 
+def test_it_asks_the_same_of_the_adapter_in_both_renderings():
+    asked = pending_metric_names(rendered("kustomize-gpu-with-components"))
+    assert asked == pending_metric_names(rendered("helm-everything"))
+    assert pending_metric_names(rendered("kustomize-gpu")) == set()
+
+
 async def test_it_scales_on_a_metric_that_metrics_exposes(tmp_path):
     asked = pending_metric_names(rendered("helm-everything"))
-    assert asked == pending_metric_names(Manifests(kustomize("gpu", ("servicemonitor", "hpa-pending-requests"))))
     (rule,) = yaml.safe_load(ADAPTER_VALUES.read_text())["rules"]["custom"]
     assert {rule["name"]["as"]} == asked
     assert rule["seriesQuery"].startswith(rule["name"]["matches"] + "{")

@@ -178,30 +178,38 @@ async def send_reply(send: Send, reply: Reply) -> None:
 
 
 async def send_stream(send: Send, receive: Receive, reply: StreamReply) -> None:
-    """Send chunks as they come; a client that disconnects cancels the stream (the model sees it) and ends it."""
+    """Send chunks as they come; a client that disconnects cancels the stream (the model sees it) and ends it.
+
+    No task per chunk: the watcher of the client's disconnect cancels the sending task instead, which costs
+    nothing while the client stays (a generator's 32 streams send a chunk each per step)."""
     headers = [(b"content-type", reply.content_type), (b"cache-control", b"no-cache"), *reply.headers]
+    sender = asyncio.current_task()
     gone = asyncio.ensure_future(_disconnected(receive))
+    left = False
+
+    def client_left(watcher: asyncio.Future) -> None:
+        nonlocal left
+        if not watcher.cancelled() and watcher.exception() is None and sender is not None:
+            left = True
+            reply.cancel()
+            sender.cancel()  # wherever it waits: for the next chunk, or for the transport
+
+    gone.add_done_callback(client_left)
     try:
         await send({"type": "http.response.start", "status": reply.status, "headers": headers})
         if reply.first:
             await send({"type": "http.response.body", "body": reply.first, "more_body": True})
-        chunks = aiter(reply.chunks)
-        while True:
-            step = asyncio.ensure_future(anext(chunks))
-            await asyncio.wait({step, gone}, return_when=asyncio.FIRST_COMPLETED)
-            if not step.done():
-                step.cancel()
-                reply.cancel()
-                return
-            try:
-                chunk = step.result()
-            except StopAsyncIteration:
-                break
+        async for chunk in reply.chunks:
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+    except asyncio.CancelledError:
+        if not left:
+            raise  # cancelled from outside (the server stopping), not by the client leaving
+        sender.uncancel()
     except OSError:  # the client went away mid-send
         reply.cancel()
     finally:
+        gone.remove_done_callback(client_left)
         gone.cancel()
 
 

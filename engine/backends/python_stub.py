@@ -77,7 +77,7 @@ class StubHost:
             raise pb_utils.TritonModelException(header["error"])
 
     def metric_update(self, metric: pb_utils.Metric, action: str, value: float) -> None:
-        self.exchange.channel.send(
+        self.exchange.channel.post(
             {
                 "op": "metric_update",
                 "name": metric.family.name,
@@ -95,13 +95,14 @@ class StubHost:
         return float(header["value"])
 
     def metric_release(self, family: pb_utils.MetricFamily) -> None:
-        self.exchange.channel.send({"op": "metric_release", "name": family.name})
+        self.exchange.channel.post({"op": "metric_release", "name": family.name})
 
     def log(self, level: int, message: str) -> None:
-        self.exchange.channel.send({"op": "log", "level": level, "message": message})
+        self.exchange.channel.post({"op": "log", "level": level, "message": message})
 
     def respond(self, stream: int, response: ResponseData | None, final: bool) -> None:
-        # tensors travel inside the message: a stream's responses outlive the execute whose region they would use
+        # posted (a generator's responses of one step go in one write), tensors inside the message: a stream's
+        # responses outlive the execute whose region they would use
         header: dict[str, Any] = {"op": "response", "stream": stream, "final": final}
         arrays: list[np.ndarray] = []
         if response is not None:
@@ -109,7 +110,7 @@ class StubHost:
             arrays = [np.asarray(array) for array in response.outputs.values()]
         if final:
             self.cancels.pop(stream, None)
-        self.exchange.channel.send(header, arrays, inline=True)
+        self.exchange.channel.post(header, arrays)
 
 
 def _call_results(header: dict[str, Any], arrays: list[np.ndarray]) -> list[pb_utils.InferenceResponse]:

@@ -1,9 +1,12 @@
-"""The link to a python model's stub: messages sent right after an answer reach their handler."""
+"""The link to a python model's stub: messages sent right after an answer reach their handler; posted messages keep
+their order."""
 
 from __future__ import annotations
 
 import socket
 import threading
+
+import numpy as np
 
 from engine.backends.python_channel import Channel, ChannelClosed, Exchange, Region
 
@@ -43,3 +46,44 @@ def test_it_handles_messages_that_follow_an_answer():
             assert counted.wait_for(lambda n=round_number: notes[0] >= 15 * n, timeout=10), notes[0]
     theirs.close()
     channel.close()
+
+
+def test_posted_messages_arrive_in_order_with_their_tensors_and_before_a_later_send():
+    """Posts (a decoupled model's responses, metric updates) are written by the writer thread, several at once; a
+    send from the same thread still arrives after everything that thread posted before it."""
+    ours, theirs = socket.socketpair()
+    sender = Channel(ours, Region.create("out"), Region.create("in"))
+    reader = Channel(theirs, Region.create("peer-out"), Region.create("peer-in"))
+
+    def post_from(name: str) -> None:
+        for index in range(300):
+            sender.post({"op": "note", "from": name, "index": index}, [np.array([index], dtype=np.int32)])
+        sender.send({"op": "done", "from": name})
+
+    threads = [threading.Thread(target=post_from, args=(name,)) for name in ("a", "b")]
+    for thread in threads:
+        thread.start()
+    seen: dict[str, list[int]] = {"a": [], "b": []}
+    done: set[str] = set()
+    while len(done) < 2:
+        header, arrays = reader.receive()
+        if header["op"] == "done":
+            assert len(seen[header["from"]]) == 300  # nothing it posted before the send is still on its way
+            done.add(header["from"])
+        else:
+            assert int(arrays[0][0]) == header["index"]
+            seen[header["from"]].append(header["index"])
+    for thread in threads:
+        thread.join()
+    assert seen == {"a": list(range(300)), "b": list(range(300))}
+    theirs.close()
+    try:
+        for _ in range(1000):  # the writer finds the link closed; posts raise from then on
+            sender.post({"op": "note"})
+            threading.Event().wait(0.001)
+    except ChannelClosed:
+        pass
+    else:
+        raise AssertionError("posting on a closed link never failed")
+    finally:
+        sender.close()

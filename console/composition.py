@@ -14,6 +14,7 @@ from typing import Any
 
 from console.body_gate import BodyGate
 from console.config import InferaSettings
+from console.peers.identity import ProcessIdentity
 from console.runtime import RUNTIME_KEY, Runtime
 
 Scope = MutableMapping[str, Any]
@@ -59,8 +60,11 @@ class InferaApplication:
             connections.request_ended()
 
 
-def build_application(settings: InferaSettings, *, listen_host: str | None = None) -> InferaApplication:
-    """The application for these settings; `listen_host` is where `serve` listens (None: decide per connection)."""
+def build_application(
+    settings: InferaSettings, *, listen_host: str | None = None, identity: ProcessIdentity | None = None
+) -> InferaApplication:
+    """The application for these settings; `listen_host` is where `serve` listens (None: decide per connection);
+    `identity` names a worker of `serve --workers` (None: the replica is this one process)."""
     from channels.auth import AuthMiddlewareStack
     from channels.routing import URLRouter
     from django.core.asgi import get_asgi_application
@@ -73,5 +77,5 @@ def build_application(settings: InferaSettings, *, listen_host: str | None = Non
     return InferaApplication(
         django_app=BodyGate(django_app, settings),
         websocket_app=SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
-        runtime=Runtime(settings, listen_host=listen_host),
+        runtime=Runtime(settings, listen_host=listen_host, identity=identity),
     )

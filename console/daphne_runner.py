@@ -9,22 +9,35 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import sys
 from typing import Any
 
 from console.config import InferaSettings
+from console.peers.identity import ProcessIdentity
 from console.shutdown import ShutdownSignals
+from console.workers import reuse_port_socket
 
 logger = logging.getLogger("console.shutdown")
 
 
-def run_daphne(infera: InferaSettings, host: str, port: int, *, access_log: bool = True) -> None:
-    """Serve the console application with daphne in the foreground until a signal ends it."""
+def run_daphne(
+    infera: InferaSettings,
+    host: str,
+    port: int,
+    *,
+    access_log: bool = True,
+    identity: ProcessIdentity | None = None,
+) -> None:
+    """Serve the console application with daphne in the foreground until a signal ends it.
+
+    Daphne has no workers of its own: under `serve --workers N` each worker is one daphne process (one reactor,
+    one engine) listening on a SO_REUSEPORT socket of the shared port, handed to Twisted as a file descriptor.
+    """
     # daphne.server installs Twisted's asyncio reactor; it must be imported before anything touches Twisted
     from daphne.server import Server  # isort: skip
 
     from daphne.access import AccessLogGenerator
-    from daphne.endpoints import build_endpoint_description_strings
     from twisted.internet import defer, reactor
 
     from console.access_log import MaskedAccessLog
@@ -32,7 +45,7 @@ def run_daphne(infera: InferaSettings, host: str, port: int, *, access_log: bool
     from console.composition import build_application
     from console.daphne_limits import limit_request_bodies, time_requests
 
-    application = build_application(infera, listen_host=host)
+    application = build_application(infera, listen_host=host, identity=identity)
     runtime = application.runtime
     lifespan = runtime.lifespan
 
@@ -65,7 +78,7 @@ def run_daphne(infera: InferaSettings, host: str, port: int, *, access_log: bool
     reactor.addSystemEventTrigger("before", "shutdown", stop_runtime)
     server = DrainingServer(
         application=application,
-        endpoints=build_endpoint_description_strings(host=host, port=port),
+        endpoints=_endpoints(host, port, shared=identity is not None and identity.has_workers),
         action_logger=AccessLogGenerator(MaskedAccessLog(sys.stdout)) if access_log else None,
         ready_callable=start_runtime,
         signal_handlers=False,  # ours: drain on the first signal, exit on the second
@@ -79,3 +92,14 @@ def run_daphne(infera: InferaSettings, host: str, port: int, *, access_log: bool
         server.run()
     finally:
         signals.restore()
+
+
+def _endpoints(host: str, port: int, *, shared: bool) -> list[str]:
+    """Twisted endpoint strings: host and port, or a SO_REUSEPORT socket of a worker sharing the port."""
+    from daphne.endpoints import build_endpoint_description_strings
+
+    if not shared:
+        return build_endpoint_description_strings(host=host, port=port)
+    sock = reuse_port_socket(host, port)
+    domain = "INET6" if sock.family == socket.AF_INET6 else "INET"
+    return [f"fd:fileno={sock.detach()}:domain={domain}"]  # Twisted adopts the descriptor (and closes it)

@@ -2,7 +2,8 @@
 
 The ASGI application (console/composition.py) owns one Runtime and puts it in every connection's scope under
 RUNTIME_KEY, so views, the API and WebSocket consumers reach the engine through `runtime_of(...)` and never through
-a module global. Start-up order, each step after the one before:
+a module global. Start-up order, each step after the one before (a worker of `serve --workers` without Redis
+first joins its host's other workers on the channel layer, console/peers/layer.py, so change notices reach it):
 
 0. the /v2 token cache listens for revoked tokens and changed users (console/accounts/revocations.py);
 1. the model store exists (a new install starts with an empty store) and old staging leftovers are swept;
@@ -11,7 +12,8 @@ a module global. Start-up order, each step after the one before:
 4. the reconciler converges the engine on the registry once (the active versions serve, traffic policies in force),
    then follows changes (and records the engine's automatic traffic rollbacks); the analysis runner starts taking
    queued analyses (console/analyzer/runner.py);
-5. the sampler takes a snapshot a second and publishes it to the dashboards.
+5. the sampler takes a snapshot a second and publishes it to the dashboards; in a cluster (Redis, or workers) also
+   to the other processes, whose snapshots it hears and merges (console/monitoring/cluster.py).
 
 Stopping runs the other way round, the gRPC server finishing its in-flight calls before the engine stops. A graceful
 shutdown drains first (`drain()`, console/shutdown.py): from the first SIGTERM every step has until one deadline,
@@ -26,11 +28,16 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from channels.layers import get_channel_layer
+
 from console.accounts.inference_auth import TokenCache, make_v2_authenticator
 from console.accounts.revocations import RevocationListener
 from console.analyzer.runner import AnalysisRunner
 from console.config import InferaSettings
-from console.monitoring.live import GroupPublisher
+from console.monitoring.cluster import ClusterListener, ClusterView
+from console.monitoring.live import GroupPublisher, cluster_enabled
+from console.peers.identity import ProcessIdentity
+from console.peers.layer import LocalPeerLayer
 from console.registry.reconciler import Reconciler
 from console.registry.store import ModelStore
 from console.registry.v2_hooks import RegistryRepositoryControl
@@ -46,14 +53,18 @@ from engine.server import InferenceServer
 logger = logging.getLogger("console.runtime")
 
 RUNTIME_KEY = "infera.runtime"
-START_ORDER = ("credentials", "store", "grpc", "engine", "reconcile", "follow", "monitoring")
+START_ORDER = ("peers", "credentials", "store", "grpc", "engine", "reconcile", "follow", "monitoring")
 
 
 class Runtime:
     """The engine, its front ends, the reconciler, the sampler and the /v2 authenticator of one serving process."""
 
-    def __init__(self, settings: InferaSettings, *, listen_host: str | None = None) -> None:
+    def __init__(
+        self, settings: InferaSettings, *, listen_host: str | None = None, identity: ProcessIdentity | None = None
+    ) -> None:
         self.settings = settings
+        self.identity = identity or ProcessIdentity.single(settings.replica_name)
+        self.layer = get_channel_layer()
         self.store = ModelStore(settings.model_store)
         self.server = InferenceServer(settings.model_store, settings=settings.engine)
         self.reconciler = Reconciler(self.server, float(settings.reconcile_seconds))
@@ -84,11 +95,22 @@ class Runtime:
             else None
         )
         self.sampler = MetricsSampler(self.server, use_nvml=not settings.engine.disable_nvml)
+        # the other replicas' (or workers') snapshots, merged with ours for the dashboards
+        self.cluster = ClusterView(
+            self.identity, self.sampler, enabled=cluster_enabled(self.layer, self.identity.has_workers)
+        )
+        self.cluster_listener = ClusterListener(self.cluster, self.layer)
         # /metrics is answered here, /v1 (OpenAI-compatible) by its app, every other engine path by /v2
         openai = OpenAIApp(
             self.server, self.v2, authenticate=self.authenticate, trusted_origins=settings.csrf_trusted_origins
         )
-        self.engine_app = MetricsApp(self.server, self.sampler, fallback=openai)
+        self.engine_app = MetricsApp(
+            self.server,
+            self.sampler,
+            fallback=openai,
+            replica=self.identity.replica,
+            workers=self.cluster.worker_metrics if self.identity.has_workers else None,
+        )
         self.lifespan = ServiceLifespan(self.start, self.stop, wait_for_start=False)
         self.connections = Connections()
         self.started: list[str] = []
@@ -100,6 +122,9 @@ class Runtime:
         """Run the start-up steps in START_ORDER; a failure is kept for the home page and re-raised."""
         self.startup_failure = None
         try:
+            if self.identity.has_workers and isinstance(self.layer, LocalPeerLayer):
+                await self.layer.join(self.identity.name)
+                self.started.append("peers")
             await self.revocations.start()
             self.started.append("credentials")
             self.settings.model_store.mkdir(parents=True, exist_ok=True)
@@ -119,8 +144,11 @@ class Runtime:
             self.reconciler.start()
             self.analyzer.start()
             self.started.append("follow")
-            self.sampler.subscribe(GroupPublisher())
+            families = self.engine_app.collector.families_data if self.identity.has_workers else None
+            self.sampler.subscribe(GroupPublisher(self.layer, cluster=self.cluster, metrics=families))
             self.sampler.start()
+            if self.cluster.enabled:
+                self.cluster_listener.start()
             self.started.append("monitoring")
             logger.info("engine ready; monitoring every %.0f s, streaming to /ws/metrics/", self.sampler.interval)
         except Exception as exc:
@@ -162,6 +190,7 @@ class Runtime:
         """Stop what started, last first: the sampler ends before the engine it reads; models still busy at the
         shutdown deadline are stopped."""
         if "monitoring" in self.started:
+            await self.cluster_listener.stop()
             await self.sampler.stop()
         if "follow" in self.started:
             await self.reconciler.stop()
@@ -171,6 +200,8 @@ class Runtime:
             await (self._grpc_stopping or self.grpc.stop(self.grace_left()))
         await self.server.stop(grace_seconds=self.grace_left())
         await self.revocations.stop()
+        if "peers" in self.started and isinstance(self.layer, LocalPeerLayer):
+            await self.layer.leave()
         self.started.clear()
         logger.info("models unloaded; the runtime has stopped")
 

@@ -18,9 +18,11 @@ from socket import socket
 import uvicorn
 
 from console.config import InferaSettings
+from console.peers.identity import ProcessIdentity
 from console.runtime import Runtime
 from console.shutdown import ShutdownSignals
 from console.uvicorn_limits import timed_protocol
+from console.workers import reuse_port_socket
 
 logger = logging.getLogger("console.shutdown")
 
@@ -61,12 +63,21 @@ class DrainingServer(uvicorn.Server):
         await super().shutdown(sockets)
 
 
-def run_uvicorn(infera: InferaSettings, host: str, port: int, *, access_log: bool = True) -> None:
-    """Serve the console application with uvicorn in the foreground until a signal ends it."""
+def run_uvicorn(
+    infera: InferaSettings,
+    host: str,
+    port: int,
+    *,
+    access_log: bool = True,
+    identity: ProcessIdentity | None = None,
+) -> None:
+    """Serve the console application with uvicorn in the foreground until a signal ends it; a worker of
+    `serve --workers` (`identity`) shares the port with the others (console/workers.py)."""
     from console.access_log import mask_uvicorn_access_log
     from console.composition import build_application
 
-    application = build_application(infera, listen_host=host)  # the runtime knows where it listens
+    # the runtime knows where it listens
+    application = build_application(infera, listen_host=host, identity=identity)
     http = infera.engine.http
     config = uvicorn.Config(
         application,
@@ -81,5 +92,6 @@ def run_uvicorn(infera: InferaSettings, host: str, port: int, *, access_log: boo
         timeout_graceful_shutdown=infera.engine.shutdown_grace_seconds,
     )
     mask_uvicorn_access_log()  # uvicorn has configured its loggers by now
-    DrainingServer(config, application.runtime).run()
+    sockets = [reuse_port_socket(host, port)] if identity is not None and identity.has_workers else None
+    DrainingServer(config, application.runtime).run(sockets=sockets)
     sys.stdout.flush()

@@ -1,7 +1,9 @@
 """The /ws/metrics/ consumer: a backlog on connect, then one snapshot per second from the runtime's sampler.
 
 Client messages: {"model": "name" | null} narrows to one model (or widens back), {"window": seconds} asks for a
-longer or shorter backlog; either answers with a fresh backlog. `?history=1` (the overview page) adds the sampler's
+longer or shorter backlog, {"replica": "name" | null} narrows a cluster's view to one replica (or worker) or widens
+it back to the whole cluster (console/monitoring/cluster.py); each answers with a fresh backlog, which names the
+replicas to choose from and the one answering (`process`). `?history=1` (the overview page) adds the sampler's
 closed minutes of the last hour and the hour's figures to each backlog; snapshots carry each minute as it closes.
 An ensemble narrows to itself and its step models, and each snapshot carries its `pipeline` numbers
 (console/monitoring/pipelines.py). Codes: 4401 not signed in, 4403 no console role.
@@ -17,6 +19,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from console.accounts.permissions import can_view_models
+from console.monitoring.cluster import ClusterView
 from console.monitoring.live import group_name
 from console.monitoring.pipelines import Selection, model_choices
 from console.runtime import runtime_of
@@ -32,8 +35,10 @@ class MetricsConsumer(AsyncWebsocketConsumer):
     """Streams live metrics to one dashboard."""
 
     model: str | None = None
+    replica: str | None = None
     window: float = DEFAULT_WINDOW_S
     history: bool = False
+    shown_t: int = 0  # narrowed to a replica: the time of the newest of its snapshots sent
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -49,6 +54,7 @@ class MetricsConsumer(AsyncWebsocketConsumer):
         await self.channel_layer.group_add(self.group, self.channel_name)
         query = parse_qs(self.scope.get("query_string", b"").decode())
         self.model = (query.get("model") or [None])[0] or None
+        self.replica = (query.get("replica") or [None])[0] or None
         self.window = _window(query.get("window", [DEFAULT_WINDOW_S])[0])
         self.history = query.get("history", ["0"])[0] == "1"
         await self.send_backlog()
@@ -68,6 +74,11 @@ class MetricsConsumer(AsyncWebsocketConsumer):
                 if model is not None and not isinstance(model, str):
                     raise ValueError("'model' must be a model name or null")
                 self.model = model or None
+            if "replica" in message:
+                replica = message["replica"]
+                if replica is not None and not isinstance(replica, str):
+                    raise ValueError("'replica' must be a replica's name or null")
+                self.replica = replica or None
             if "window" in message:
                 self.window = _window(message["window"])
         except (orjson.JSONDecodeError, ValueError) as exc:
@@ -76,7 +87,15 @@ class MetricsConsumer(AsyncWebsocketConsumer):
         await self.send_backlog()
 
     async def metrics_snapshot(self, event: dict[str, Any]) -> None:
-        """One snapshot from the group: passed on as it came, or as this client's selection sees it."""
+        """One snapshot from the group (this process's, or the cluster's): passed on as it came, or as this
+        client's selection sees it; narrowed to a replica, that replica's snapshots since the last one sent."""
+        cluster = self.cluster()
+        if self.replica is not None and cluster is not None:
+            selection = self.selection()
+            for snapshot in cluster.since(self.replica, self.shown_t):
+                self.shown_t = snapshot["t"]
+                await self.send_json({"type": "snapshot", "snapshot": selection.apply(snapshot)})
+            return
         if self.model is None:
             await self.send(text_data=event["text"])
             return
@@ -87,21 +106,39 @@ class MetricsConsumer(AsyncWebsocketConsumer):
     async def send_backlog(self) -> None:
         runtime = runtime_of(self.scope)
         sampler = runtime.sampler if runtime is not None else None
+        cluster = self.cluster()
         selection = self.selection()
-        snapshots = sampler.backlog(seconds=self.window) if sampler is not None else []
+        if cluster is not None:
+            snapshots = cluster.backlog(self.window, self.replica)
+        else:
+            snapshots = sampler.backlog(seconds=self.window) if sampler is not None else []
+        self.shown_t = snapshots[-1]["t"] if snapshots else 0
         backlog = {
             "type": "backlog",
             "model": self.model,
+            "replica": self.replica,
             "window": self.window,
             "interval": sampler.interval if sampler is not None else None,
             "snapshots": [selection.apply(snapshot) for snapshot in snapshots],
             "pipeline": selection.pipeline.describe() if selection.pipeline is not None else None,
             "ensembles": model_choices(self.server())[0],
+            "process": runtime.identity.name if runtime is not None else None,
+            "replicas": cluster.replicas() if cluster is not None else [],
         }
         if self.history:
-            backlog["minutes"] = sampler.history.minutes() if sampler is not None else []
-            backlog["hour"] = sampler.history.summary() if sampler is not None else None
+            if cluster is not None:
+                backlog["minutes"], backlog["hour"] = cluster.minutes(), cluster.hour()
+            elif sampler is not None:
+                backlog["minutes"], backlog["hour"] = sampler.history.minutes(), sampler.history.summary()
+            else:
+                backlog["minutes"], backlog["hour"] = [], None
         await self.send_json(backlog)
+
+    def cluster(self) -> ClusterView | None:
+        """The runtime's cluster view when it is on (a shared layer, or workers); None for a process alone."""
+        runtime = runtime_of(self.scope)
+        cluster = runtime.cluster if runtime is not None else None
+        return cluster if cluster is not None and cluster.enabled else None
 
     def selection(self) -> Selection:
         """This client's model as the engine serves it now (an ensemble loaded later is seen on the next snapshot)."""

@@ -13,7 +13,7 @@ from console.runtime import runtime_of
 @role_required()
 def monitoring(request: HttpRequest) -> HttpResponse:
     """Live charts of every model and device; `?model=` narrows them to one model (an ensemble: with its steps),
-    `?split=versions` draws each model version apart."""
+    `?split=versions` draws each model version apart, `?replica=` shows one replica of a cluster."""
     runtime = runtime_of(request)
     # the model filter's choices before the first snapshot arrives
     pipelines, models = model_choices(runtime.server if runtime else None)
@@ -26,5 +26,7 @@ def monitoring(request: HttpRequest) -> HttpResponse:
             "selected_model": request.GET.get("model", ""),
             "split_versions": request.GET.get("split") == "versions",
             "sampling": runtime is not None,
+            "cluster": runtime is not None and runtime.cluster.enabled,
+            "selected_replica": request.GET.get("replica", ""),
         },
     )

@@ -65,15 +65,57 @@ _MODEL_COUNTERS: tuple[tuple[str, str, Callable[[Any], int]], ...] = (
 _STALE_INTERVALS = 3
 
 
-class EngineCollector(Collector):
-    """Collects every model version's counters and every device's gauges when Prometheus scrapes."""
+# what each worker of `serve --workers` publishes of its families: [name, type, help, [[sample, labels, value]]]
+FamilyData = list[Any]
+WorkerFamilies = Callable[[], list[tuple[str, list[FamilyData]]]]
 
-    def __init__(self, server: InferenceServer, sampler: MetricsSampler | None = None) -> None:
+
+class EngineCollector(Collector):
+    """Collects every model version's counters and every device's gauges when Prometheus scrapes.
+
+    `replica` adds `infera_replica_info{replica="..."} 1`: Prometheus labels each scraped target itself (`instance`,
+    and `pod` under Kubernetes), so the series keep Triton's labels and a dashboard joins the replica's name in when
+    it wants it. Behind one port, `serve --workers` runs several engines that no target label tells apart: with
+    `workers`, every engine series is each worker's, as that worker last published it (console/monitoring/
+    cluster.py), labelled `worker="<replica>-w<k>"`, so any worker answers the scrape with all of them and
+    `sum by (model)` is the replica's total. The device gauges describe the host, once.
+    """
+
+    def __init__(
+        self,
+        server: InferenceServer,
+        sampler: MetricsSampler | None = None,
+        *,
+        replica: str | None = None,
+        workers: WorkerFamilies | None = None,
+    ) -> None:
         self.server = server
         self.sampler = sampler
+        self.replica = replica
+        self.workers = workers
         self._own_devices: DeviceSampler | None = None
 
     def collect(self) -> Iterable[Metric]:
+        if self.replica is not None:
+            info = Metric("infera_replica_info", "The replica (serve process) that answers this scrape.", "gauge")
+            info.add_sample(info.name, {"replica": self.replica}, 1)
+            yield info
+        published = self.workers() if self.workers is not None else []
+        if published:
+            yield from _worker_families(published)
+        else:
+            yield from self.engine_families()
+        yield from _device_families(self._device_dict())
+
+    def families_data(self) -> list[FamilyData]:
+        """This engine's families as plain data, for the other workers to answer scrapes with."""
+        return [
+            [f.name, f.type, f.documentation, [[s.name, s.labels, s.value] for s in f.samples]]
+            for f in self.engine_families()
+        ]
+
+    def engine_families(self) -> Iterable[Metric]:
+        """The families of this engine's models (everything but the host's devices)."""
         served = sorted(self.server.served_versions(), key=lambda s: (s.name, s.version))
         for name, documentation, read in _MODEL_COUNTERS:
             family = Metric(name, documentation, "counter")
@@ -112,7 +154,6 @@ class EngineCollector(Collector):
                     labels = _model_labels(version) | {"instance": instance.backend.context.instance_name}
                     restarts.add_sample(restarts.name, labels, count)
         yield restarts
-        yield from _device_families(self._device_dict())
         yield from self.server.custom_metrics.collect()
 
     def _device_dict(self) -> dict[str, Any]:
@@ -127,6 +168,19 @@ class EngineCollector(Collector):
         if self._own_devices is None:
             self._own_devices = DeviceSampler()
         return self._own_devices.sample().to_dict()
+
+
+def _worker_families(workers: list[tuple[str, list[FamilyData]]]) -> Iterable[Metric]:
+    """Every worker's families in one exposition, each sample labelled with its worker."""
+    families: dict[str, Metric] = {}
+    for worker, data in workers:
+        for name, kind, documentation, samples in data:
+            family = families.get(name)
+            if family is None:
+                family = families[name] = Metric(name, documentation, kind)
+            for sample_name, labels, value in samples:
+                family.add_sample(sample_name, {**labels, "worker": worker}, value)
+    return families.values()
 
 
 def _stream_families(served: list[Any]) -> Iterable[Metric]:
@@ -268,9 +322,11 @@ class MetricsApp:
         *,
         fallback: ASGIApp | None = None,
         path: str = "/metrics",
+        replica: str | None = None,
+        workers: WorkerFamilies | None = None,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
-        self.collector = EngineCollector(server, sampler)
+        self.collector = EngineCollector(server, sampler, replica=replica, workers=workers)
         self.registry.register(self.collector)
         self.fallback = fallback
         self.path = path

@@ -294,6 +294,9 @@ def _model_entry(
     return {
         "name": stats.name,
         "version": stats.version,
+        # cumulative, as /metrics counts them (nv_inference_request_success, _failure): sums across replicas check out
+        "success_count": now.success,
+        "failure_count": now.failure,
         "success_per_s": rate(now.success, before.success),
         "failure_per_s": rate(now.failure, before.failure),
         "inferences_per_s": rate(now.inferences, before.inferences),

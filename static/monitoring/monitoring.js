@@ -4,6 +4,8 @@
  * snapshot after that extends every trace in place with Plotly.extendTraces, keeping one window of points.
  * "By version" splits the throughput, latency, queue/compute and pending charts into one trace per model version.
  * Selecting an ensemble (the "Pipelines" group) also shows it with its steps (InferaPipeline, pipeline.js).
+ * In a cluster (replicas on Redis, or `serve --workers`) every chart shows the whole cluster, with a line per replica
+ * in "Throughput by replica" and each replica's devices; the replica filter narrows the page to one of them.
  */
 (function () {
   "use strict";
@@ -17,6 +19,10 @@
   const splitToggle = document.getElementById("split-versions");
   const noGpuNote = document.getElementById("no-gpu-note");
   const deviceTitle = document.getElementById("device-title");
+  const replicaFilter = document.getElementById("replica-filter");
+  const replicaSelect = document.getElementById("replica-select");
+  const replicasCard = document.getElementById("replicas-card");
+  const answeredBy = document.getElementById("answered-by");
   const { MetricsSocket, byModel } = window.InferaLive;
   const CLIENT_PROTOCOLS = new Set(["http", "grpc"]); // how requests reach the server from outside
   const generationCards = document.querySelectorAll(".generation-card");
@@ -30,6 +36,8 @@
   let windowSeconds = Number(windowSelect.value);
   // a deep link may name a model that is not loaded yet: it is selected once it shows up
   let model = new URL(window.location.href).searchParams.get("model") || modelSelect.value || null;
+  let replica = new URL(window.location.href).searchParams.get("replica") || null;
+  let replicaCount = 0; // replicas in the newest snapshot of the whole cluster
   let gpuLayout = null; // true: GPU panels, false: CPU panels, null: not known yet
   const knownModels = new Set([...modelSelect.options].map((o) => o.value).filter(Boolean));
   const colorOf = palette();
@@ -43,7 +51,20 @@
 
   const DASH = { p50: "solid", p95: "dash", p99: "dot" };
 
+  /* Each replica's own figures, in a snapshot of the whole cluster (none in one replica's own snapshots). */
+  function replicasOf(snapshot) {
+    return snapshot.replicas || [];
+  }
+
   const charts = {
+    replicas: new LiveChart("chart-replicas", layout("requests/s"), (snapshot) => {
+      const replicas = replicasOf(snapshot);
+      if (!replicas.length) return [];
+      const points = replicas.map((r) => ({ key: r.name, y: r.server.requests_per_s, trace: line(r.name, colorOf(`replica ${r.name}`)) }));
+      points.push({ key: "total", y: snapshot.server.requests_per_s,
+        trace: line("all replicas", "#1d2733", { line: { dash: "dot", width: 3 } }) });
+      return points;
+    }),
     throughput: new LiveChart("chart-throughput", layout("requests/s"), (snapshot) => {
       const models = entries(snapshot);
       const points = models.map((m) => ({ key: m.name, y: m.success_per_s, trace: line(m.name, colorOf(m.name)) }));
@@ -136,7 +157,31 @@
     return found;
   }
 
+  /* A cluster of several replicas: each replica's GPUs (or CPU and process memory), named after it. */
+  function clusterDeviceSeries(replicas) {
+    return replicas.flatMap((r) => {
+      const color = colorOf(`replica ${r.name}`);
+      const devices = r.devices || { gpus: [], cpu: null };
+      if (devices.gpus.length) {
+        return devices.gpus.flatMap((gpu) => [
+          { key: `${r.name} ${gpu.uuid} util`, y: gpu.utilization === null ? null : gpu.utilization * 100,
+            trace: line(`${r.name} GPU ${gpu.index} utilization %`, color) },
+          { key: `${r.name} ${gpu.uuid} mem`, y: gpu.memory_used_bytes === null ? null : gpu.memory_used_bytes / GIB,
+            trace: line(`${r.name} GPU ${gpu.index} memory GiB`, color, { yaxis: "y2", line: { dash: "dot" } }) },
+        ]);
+      }
+      if (!devices.cpu) return [];
+      return [
+        { key: `${r.name} cpu util`, y: devices.cpu.utilization * 100, trace: line(`${r.name} CPU utilization %`, color) },
+        { key: `${r.name} process mem`, y: devices.cpu.process_memory_bytes / MIB,
+          trace: line(`${r.name} process memory MiB`, color, { yaxis: "y2", line: { dash: "dot" } }) },
+      ];
+    });
+  }
+
   function deviceSeries(snapshot) {
+    const replicas = replicasOf(snapshot);
+    if (replicas.length > 1) return clusterDeviceSeries(replicas);
     const devices = snapshot.devices || { gpus: [], cpu: null };
     if (devices.gpus.length) {
       return devices.gpus.flatMap((gpu) => {
@@ -186,15 +231,46 @@
     pipelineOptions.hidden = pipelineOptions.children.length === 0;
   }
 
+  /* The replica filter's choices: every replica heard from; one not in the newest snapshot is marked. */
+  function learnReplicas(replicas, live) {
+    for (const { name } of replicas) {
+      if (![...replicaSelect.options].some((o) => o.value === name)) replicaSelect.append(new Option(name, name, false, name === replica));
+    }
+    if (live) {
+      for (const option of replicaSelect.options) {
+        if (!option.value) continue;
+        const reporting = live.has(option.value);
+        option.textContent = reporting ? option.value : `${option.value} (not reporting)`;
+        option.dataset.state = reporting ? "live" : "gone";
+      }
+    }
+    replicaFilter.hidden = replicaSelect.options.length <= 2 && !replica;
+  }
+
+  function showReplicas(snapshot) {
+    const replicas = replicasOf(snapshot);
+    replicaCount = replicas.length;
+    replicasCard.hidden = replica !== null || replicaCount < 2;
+    if (replicas.length) learnReplicas(replicas, new Set(replicas.map((r) => r.name)));
+  }
+
   function maxPoints() {
     return Math.max(1, Math.round(windowSeconds / interval));
   }
 
   function onBacklog(message) {
     if ((message.model || null) !== model) return; // an answer to a selection since changed
+    if ((message.replica || null) !== replica) return;
     interval = message.interval || interval;
     const snapshots = message.snapshots.slice(-maxPoints());
-    if (snapshots.length) showDeviceKind(snapshots[snapshots.length - 1]);
+    answeredBy.textContent = message.process && message.replicas.length ? `via ${message.process}` : "";
+    answeredBy.dataset.process = message.process || "";
+    const choices = message.replicas || [];
+    learnReplicas(choices, new Set(choices.filter((r) => r.state === "live").map((r) => r.name)));
+    if (snapshots.length) {
+      showDeviceKind(snapshots[snapshots.length - 1]);
+      showReplicas(snapshots[snapshots.length - 1]);
+    } else replicasCard.hidden = true;
     placeEnsembles(message.ensembles);
     snapshots.forEach(learnModels);
     for (const chart of Object.values(charts)) chart.rebuild(snapshots);
@@ -205,7 +281,10 @@
 
   function onSnapshot(snapshot) {
     learnModels(snapshot);
-    if (showDeviceKind(snapshot)) charts.devices.rebuild([]); // the panel's kind changed: start it afresh
+    const before = replicaCount;
+    showReplicas(snapshot);
+    const clusterChanged = (before > 1) !== (replicaCount > 1); // the devices panel goes per replica, or back
+    if (showDeviceKind(snapshot) || clusterChanged) charts.devices.rebuild([]); // its kind changed: start afresh
     for (const chart of Object.values(charts)) chart.extend(snapshot, maxPoints());
     if (snapshot.pipeline && snapshot.pipeline.model === model) {
       // an ensemble that loaded after the backlog: it joins the "Pipelines" group
@@ -231,7 +310,7 @@
 
   const socket = new MetricsSocket({
     path: root.dataset.wsPath,
-    params: () => ({ model, window: windowSeconds }),
+    params: () => ({ model, replica, window: windowSeconds }),
     onState: showState,
     onMessage: (message) => {
       if (message.type === "backlog") onBacklog(message);
@@ -245,21 +324,29 @@
     socket.send({ window: windowSeconds }); // the answer is a backlog of the new window
   });
 
+  /* The page's address keeps the selection, so a reload or a shared link shows the same. */
+  function keepInAddress(name, value) {
+    const url = new URL(window.location.href);
+    if (value) url.searchParams.set(name, value);
+    else url.searchParams.delete(name);
+    window.history.replaceState(null, "", url);
+  }
+
   modelSelect.addEventListener("change", () => {
     model = modelSelect.value || null;
-    const url = new URL(window.location.href);
-    if (model) url.searchParams.set("model", model);
-    else url.searchParams.delete("model");
-    window.history.replaceState(null, "", url);
+    keepInAddress("model", model);
     socket.send({ model });
+  });
+
+  replicaSelect.addEventListener("change", () => {
+    replica = replicaSelect.value || null;
+    keepInAddress("replica", replica);
+    socket.send({ replica }); // the backlog that answers is that replica's (or the whole cluster's)
   });
 
   splitToggle.addEventListener("change", () => {
     splitVersions = splitToggle.checked;
-    const url = new URL(window.location.href);
-    if (splitVersions) url.searchParams.set("split", "versions");
-    else url.searchParams.delete("split");
-    window.history.replaceState(null, "", url);
+    keepInAddress("split", splitVersions ? "versions" : null);
     socket.send({ window: windowSeconds }); // the backlog that answers redraws every chart the new way
   });
 

@@ -18,6 +18,8 @@ from django.contrib.auth import get_user_model
 
 from console.accounts.roles import set_role
 from console.demo_sequences import write_sequence_models
+from console.monitoring.cluster import ClusterView
+from console.peers.identity import ProcessIdentity
 from engine.monitoring.sampler import MetricsSampler
 from engine.server import InferenceServer
 from engine.types import InferenceRequest
@@ -41,6 +43,9 @@ def user_with_role():
     return make
 
 
+ALONE = ProcessIdentity.single("infera-test")  # a stand-in runtime's process: alone, no cluster view
+
+
 class SampledServer:
     """A sampler over stand-in versions with a hand clock; `tick()` samples one second later."""
 
@@ -53,7 +58,9 @@ class SampledServer:
     def runtime(self) -> SimpleNamespace:
         """What a consumer finds under the scope's runtime key: the sampler it reads its backlog from (and no
         engine: stand-in versions have no configs, so no ensembles)."""
-        return SimpleNamespace(sampler=self.sampler, server=None)
+        return SimpleNamespace(
+            sampler=self.sampler, server=None, cluster=ClusterView(ALONE, self.sampler, enabled=False), identity=ALONE
+        )
 
     def tick(self) -> dict:
         self.clock.advance(1.0)
@@ -77,7 +84,12 @@ class SampledEnsemble:
     @property
     def runtime(self) -> SimpleNamespace:
         """What a consumer finds under the scope's runtime key: this engine and its sampler."""
-        return SimpleNamespace(sampler=self.sampler, server=self.server)
+        return SimpleNamespace(
+            sampler=self.sampler,
+            server=self.server,
+            cluster=ClusterView(ALONE, self.sampler, enabled=False),
+            identity=ALONE,
+        )
 
     async def infer(self, model: str, times: int) -> None:
         inputs = {"A": np.arange(16, dtype=np.int32).reshape(1, 16), "B": np.ones((1, 16), np.int32)}

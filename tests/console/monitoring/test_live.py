@@ -68,10 +68,10 @@ async def test_it_answers_metrics_and_passes_other_paths_to_v2(runtime):
 
 def test_it_streams_each_replicas_own_numbers_over_a_shared_layer(settings):
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
-    assert live.group_name() == "metrics"
+    assert live.group_name() == "process.metrics"  # never sent on to a host's other workers
     settings.CHANNEL_LAYERS = {
         "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": ["redis://127.0.0.1:9"]}}
     }
     name = live.group_name()
-    assert name.startswith("metrics.") and name.endswith(f".{os.getpid()}")
+    assert name.startswith("process.metrics.") and name.endswith(f".{os.getpid()}")
     assert get_channel_layer().require_valid_group_name(name)

@@ -116,3 +116,36 @@ async def test_it_answers_only_get_on_its_path_and_hands_the_rest_on(server):
     assert (await get(app, path="/v2/health/live"))[0] == 204
     assert seen == ["/v2/health/live"]
     assert (await get(MetricsApp(server), path="/elsewhere"))[0] == 404
+
+
+async def test_it_names_the_replica_in_an_info_metric_and_keeps_tritons_labels(server):
+    _, _, text = await get(MetricsApp(server, replica="replica-2"))
+    found = families(text)
+    assert found["infera_replica_info"].type == "gauge"
+    assert value(found["infera_replica_info"], replica="replica-2") == 1
+    assert all(set(s.labels) == {"model", "version"} for s in found["nv_inference_count"].samples)
+
+
+async def test_it_answers_every_workers_series_labelled_and_the_hosts_devices_once(server):
+    await server.infer(doubler_request(1.0, batch=2))
+    app = MetricsApp(server, replica="host", workers=lambda: workers)
+    own = app.collector.families_data()
+    other = [
+        [name, kind, help_text, [[s, {**labels}, v * 10] for s, labels, v in samples]]
+        for name, kind, help_text, samples in own
+    ]
+    workers = [("host-w0", own), ("host-w1", other)]
+    _, _, text = await get(app)
+    found = families(text)
+    count = found["nv_inference_count"]
+    assert value(count, model="doubler", version="1", worker="host-w0") == 2
+    assert value(count, model="doubler", version="1", worker="host-w1") == 20
+    assert sum(s.value for s in count.samples) == 22  # what sum by (model) shows: the replica's total
+    assert [s.labels for s in found["nv_cpu_utilization"].samples] == [{}]  # the host's, not a worker's
+    assert text.count("# TYPE nv_inference_count counter") == 1
+
+
+async def test_it_answers_with_its_own_engine_until_the_workers_have_published(server):
+    app = MetricsApp(server, replica="host", workers=lambda: [])
+    _, _, text = await get(app)
+    assert all(set(s.labels) == {"model", "version"} for s in families(text)["nv_inference_count"].samples)

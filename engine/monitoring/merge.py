@@ -1,0 +1,152 @@
+"""Snapshots of several engines (replicas, workers) combined into one: the numbers of the whole cluster.
+
+Each engine's sampler (engine/monitoring/sampler.py) takes its own snapshot a second; `merge_snapshots` lays the
+newest of each over one another. A model version's entries combine as the engines served it together: rates, counts,
+pending requests, batch sizes, sequences and streams add up; per-request means (latency, queue, compute) are weighted
+by each engine's successes; percentiles are the slowest engine's, which bounds the cluster's from above (the exact
+figure would need every request's duration). The minute and hour figures of engine/monitoring/history.py combine
+the same way (`merge_figures`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from engine.monitoring.history import Figures
+
+Snapshot = dict[str, Any]
+Entry = dict[str, Any]
+
+SUMMED = (
+    "success_per_s",
+    "failure_per_s",
+    "inferences_per_s",
+    "executions_per_s",
+    "success_count",
+    "failure_count",
+    "pending",
+)
+WEIGHTED = ("mean_latency_ms", "queue_ms", "compute_ms")  # per request: weighted by each engine's successes
+
+
+def merge_snapshots(snapshots: Sequence[Snapshot]) -> Snapshot:
+    """One snapshot of every engine's models and server figures; time, interval and devices are the first's."""
+    if not snapshots:
+        raise ValueError("nothing to merge")
+    first = snapshots[0]
+    if len(snapshots) == 1:
+        return first
+    by_version: dict[tuple[str, int], list[Entry]] = {}
+    for snapshot in snapshots:
+        for entry in snapshot["models"]:
+            by_version.setdefault((entry["name"], entry["version"]), []).append(entry)
+    merged: Snapshot = {
+        **first,
+        "models": [merge_entries(by_version[key]) for key in sorted(by_version)],
+        "server": _merge_server([s["server"] for s in snapshots]),
+    }
+    merged.pop("minute", None)  # minutes close at different moments on each engine: merged where they are kept
+    merged.pop("hour", None)
+    return merged
+
+
+def merge_entries(entries: Sequence[Entry]) -> Entry:
+    """Several engines' entries of one model version as the one entry of the cluster."""
+    if len(entries) == 1:
+        return entries[0]
+    merged: Entry = {**entries[0]}
+    for field in SUMMED:
+        values = [e.get(field) for e in entries if e.get(field) is not None]
+        merged[field] = round(sum(values), 3) if values else None
+    for field in WEIGHTED:
+        merged[field] = _weighted((e.get(field), e.get("success_per_s") or 0.0) for e in entries)
+    latencies = [e["latency_ms"] for e in entries if e.get("latency_ms")]
+    merged["latency_ms"] = {p: max(each[p] for each in latencies) for p in latencies[0]} if latencies else None
+    merged["batch_sizes"] = _added(e.get("batch_sizes") for e in entries)
+    merged["protocols"] = {name: round(rate, 3) for name, rate in _added(e.get("protocols") for e in entries).items()}
+    sequences = [e["sequences"] for e in entries if e.get("sequences")]
+    merged["sequences"] = _added(sequences) if sequences else None
+    merged["streams"] = _merge_streams([e["streams"] for e in entries if e.get("streams")])
+    # a version loading on one engine and serving on another is shown by what most of them report
+    states = [e.get("state") for e in entries]
+    merged["state"] = max(set(states), key=states.count) if states else None
+    return merged
+
+
+def merge_figures(figures: Sequence[Figures]) -> Figures:
+    """Several engines' figures of one minute (or of their last hour) as the cluster's."""
+    if len(figures) == 1:
+        return figures[0]
+    models: dict[str, list[dict[str, Any]]] = {}
+    for each in figures:
+        for name, numbers in each.get("models", {}).items():
+            models.setdefault(name, []).append(numbers)
+    merged = {key: value for key, value in figures[0].items() if key == "t"}
+    merged["seconds"] = max(each["seconds"] for each in figures)
+    merged.update(_merge_server(figures))
+    merged["models"] = {name: _merge_model_figures(numbers) for name, numbers in sorted(models.items())}
+    return merged
+
+
+def _merge_server(servers: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Requests and failures per second added up, the error rate of their sum, the slowest p99."""
+    servers = list(servers)
+    requests = sum(s["requests_per_s"] for s in servers)
+    failures = sum(s["failures_per_s"] for s in servers)
+    return {
+        "requests_per_s": round(requests, 3),
+        "failures_per_s": round(failures, 3),
+        "error_rate": round(failures / requests, 4) if requests > 0 else None,
+        "p99_ms": _slowest(s.get("p99_ms") for s in servers),
+    }
+
+
+def _merge_model_figures(numbers: list[dict[str, Any]]) -> dict[str, Any]:
+    requests = sum(n["requests_per_s"] for n in numbers)
+    failing = sum(n["requests_per_s"] * n["error_rate"] for n in numbers if n.get("error_rate") is not None)
+    return {
+        "requests_per_s": round(requests, 3),
+        "error_rate": round(failing / requests, 4) if requests > 0 else None,
+        "p99_ms": _slowest(n.get("p99_ms") for n in numbers),
+    }
+
+
+def _merge_streams(streams: list[dict[str, Any]]) -> dict[str, Any] | None:
+    if not streams:
+        return None
+    merged = {
+        "in_flight": sum(s["in_flight"] for s in streams),
+        "responses_per_s": round(sum(s["responses_per_s"] for s in streams), 3),
+    }
+    for field in ("first_response_ms", "between_responses_ms"):
+        merged[field] = _weighted((s.get(field), s["responses_per_s"]) for s in streams)
+    return merged
+
+
+def _weighted(pairs: Iterable[tuple[float | None, float]]) -> float | None:
+    """The mean of the values, each weighted (values without weight count when nothing has any)."""
+    present = [(value, weight) for value, weight in pairs if value is not None]
+    total = sum(weight for _, weight in present)
+    if not present:
+        return None
+    if total <= 0:
+        return round(sum(value for value, _ in present) / len(present), 3)
+    return round(sum(value * weight for value, weight in present) / total, 3)
+
+
+def _added(mappings: Iterable[dict[str, Any] | None]) -> dict[str, Any]:
+    total: dict[str, Any] = {}
+    for mapping in mappings:
+        for key, value in (mapping or {}).items():
+            total[key] = total.get(key, 0) + value
+    return dict(sorted(total.items(), key=lambda item: _order(item[0])))
+
+
+def _order(key: str) -> tuple[int, Any]:
+    return (0, int(key)) if key.isdigit() else (1, key)
+
+
+def _slowest(values: Iterable[float | None]) -> float | None:
+    present = [value for value in values if value is not None]
+    return max(present) if present else None

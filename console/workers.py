@@ -29,12 +29,15 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import FrameType
+from typing import Any
 
+from console.config import BASE_DIR, InferaSettings
 from console.peers.identity import worker_name
 
 logger = logging.getLogger("console.workers")
 
 START_GRACE_SECONDS = 10.0
+MAX_WORKERS = 64
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 PR_SET_PDEATHSIG = 1
 LISTEN_BACKLOG = 2048  # uvicorn's default
@@ -57,8 +60,11 @@ def reuse_port_socket(host: str, port: int) -> socket.socket:
 
 
 def check_port_free(host: str, port: int) -> None:
-    """Fail early, with the address, when something that is not one of our workers listens on the port."""
-    probe = reuse_port_socket(host, port)  # a listener without SO_REUSEPORT, or another user's, refuses this bind
+    """Fail early, naming the address, when something that is not one of our workers listens on the port."""
+    try:
+        probe = reuse_port_socket(host, port)  # a listener without SO_REUSEPORT, or another user's, refuses it
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}") from None
     probe.close()
 
 
@@ -70,6 +76,19 @@ def die_with_supervisor() -> None:
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     if supervisor == 1 or os.getppid() != supervisor:
         sys.exit("the supervisor of this worker has gone")
+
+
+def run_workers(host: str, port: int, count: int, infera: InferaSettings, options: dict[str, Any]) -> int:
+    """Serve with `count` workers (the database is ready) until a signal ends them; the exit status."""
+    check_port_free(host, port)
+    grpc_port = infera.engine.grpc.port
+    if grpc_port:
+        check_port_free(host, grpc_port)
+    command = [sys.executable, str(BASE_DIR / "manage.py"), "serve", "--host", host, "--port", str(port)]
+    command += ["--server", options["server"], "--grpc-port", str(grpc_port), "--no-seed"]
+    if options["no_access_log"]:
+        command.append("--no-access-log")
+    return WorkerSupervisor(command, count, infera.replica_name).run()
 
 
 @dataclass

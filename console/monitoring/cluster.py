@@ -176,14 +176,14 @@ class ClusterView:
         return merge_figures([own, *(p.hour for p in self.live_peers() if p.hour is not None)])
 
     def worker_metrics(self) -> list[tuple[str, list[Any]]]:
-        """Each live worker of this replica with its /metrics families as last published, this one first."""
+        """Each live worker of this replica (this one too) with its /metrics families as last published."""
         workers = [(self.identity.name, self.own_metrics)] if self.own_metrics is not None else []
         workers += [
             (peer.name, peer.metrics)
             for peer in self.live_peers()
             if peer.replica == self.identity.replica and peer.metrics is not None
         ]
-        return workers
+        return sorted(workers, key=lambda worker: worker[0])
 
     def _minute_ready(self, peers: list[Peer]) -> Figures | None:
         """Our last closed minute merged with the others', once each has closed it too (or after a wait)."""

@@ -27,6 +27,7 @@ def monitoring(request: HttpRequest) -> HttpResponse:
             "split_versions": request.GET.get("split") == "versions",
             "sampling": runtime is not None,
             "cluster": runtime is not None and runtime.cluster.enabled,
+            "process": runtime.identity.name if runtime is not None else "",
             "selected_replica": request.GET.get("replica", ""),
         },
     )

@@ -1,10 +1,12 @@
 """`manage.py serve`: migrate, make the first admin, seed the demo models, then serve everything in one process.
 
-The first three steps run once per database even when replicas start together (console/startup.py).
+The first three steps run once per database even when replicas start together (console/startup.py). With
+`--workers N` this process prepares the database, then runs N serving processes on the port (console/workers.py).
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 from typing import Any
 
@@ -14,7 +16,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from console.env import env_int, env_str
 from console.first_admin import ensure_admin
+from console.peers.identity import ProcessIdentity
 from console.startup import MigrationsMissing, start_up_lock, wait_for_migrations
+from console.workers import MAX_WORKERS, die_with_supervisor, run_workers
 
 
 class Command(BaseCommand):
@@ -42,6 +46,13 @@ class Command(BaseCommand):
             "--no-seed", action="store_true", help="do not write the demo models (as INFERA_SEED_DEMO=false)"
         )
         parser.add_argument("--no-access-log", action="store_true", help="do not log each request")
+        parser.add_argument(
+            "--workers",
+            type=int,
+            default=1,
+            help="serving processes sharing the port, each with its own engine (default 1; see the README)",
+        )
+        parser.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)  # set by the supervisor
 
     def handle(self, *args: Any, **options: Any) -> None:
         host = options["host"] or env_str("HOST") or "127.0.0.1"
@@ -53,6 +64,14 @@ class Command(BaseCommand):
             if not 0 <= options["grpc_port"] < 65536:
                 raise CommandError(f"--grpc-port must be between 0 and 65535, got {options['grpc_port']}")
             infera = infera.replace(grpc=dataclasses.replace(infera.engine.grpc, port=options["grpc_port"]))
+        workers = options["workers"]
+        if not 1 <= workers <= MAX_WORKERS:
+            raise CommandError(f"--workers must be between 1 and {MAX_WORKERS}, got {workers}")
+        if options["worker"] is not None:  # one of a supervisor's workers: the database is prepared
+            die_with_supervisor()
+            identity = ProcessIdentity.of_worker(infera.replica_name, options["worker"], workers)
+            self._serve(infera, host, port, options, identity)
+            return
 
         with start_up_lock(on_wait=lambda: self._say("Another replica is preparing the database; waiting for it.")):
             self._migrate(infera.migrate)
@@ -66,17 +85,31 @@ class Command(BaseCommand):
             f"with {options['server']}"
             + (f"; gRPC on {shown_host}:{grpc_port}" if grpc_port else "; gRPC off")
             + f"; models from {infera.model_store}"
+            + (f"; {workers} workers" if workers > 1 else "")
         )
         self.stdout.flush()
+        if workers > 1:
+            try:
+                status = run_workers(host, port, workers, infera, options)
+            except OSError as exc:  # a port taken by another program
+                raise CommandError(exc.strerror) from None
+            if status:
+                raise SystemExit(status)
+            return
+        self._serve(infera, host, port, options, None)
+
+    def _serve(
+        self, infera: Any, host: str, port: int, options: dict[str, Any], identity: ProcessIdentity | None
+    ) -> None:
         access_log = not options["no_access_log"]
         if options["server"] == "daphne":
             from console.daphne_runner import run_daphne
 
-            run_daphne(infera, host, port, access_log=access_log)
+            run_daphne(infera, host, port, access_log=access_log, identity=identity)
         else:
             from console.uvicorn_runner import run_uvicorn
 
-            run_uvicorn(infera, host, port, access_log=access_log)
+            run_uvicorn(infera, host, port, access_log=access_log, identity=identity)
 
     def _say(self, line: str) -> None:
         self.stdout.write(line)

@@ -156,7 +156,7 @@ def test_it_does_not_hold_a_minute_back_for_long_for_a_process_that_never_closes
 
 def test_it_hands_the_metrics_of_this_replicas_live_workers_only(clock, view, here, there):
     elsewhere = Process(ProcessIdentity.single("other-replica"), clock)
-    view.own_metrics = [["ours"]]
+    view.own_metrics = [["ours"]]  # this worker's, as it published them
     view.add_peer(there.message(there.sample(), [["theirs"]]))
     view.add_peer(elsewhere.message(elsewhere.sample(), [["not ours"]]))
     assert view.worker_metrics() == [("host-w0", [["ours"]]), ("host-w1", [["theirs"]])]

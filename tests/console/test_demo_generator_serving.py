@@ -1,6 +1,7 @@
 """The demo `text_generator` as `manage.py serve` seeds and serves it: 16 streams at once each get their own text,
 exactly what their prompt gets alone (temperature 0), while the model's decode steps hold several sequences at once
-(the steps and sequence-steps counters the model exports on /metrics)."""
+(the steps and sequence-steps counters the model exports on /metrics); the official openai client completes and chats
+with it through the console, streamed and not."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ import asyncio
 import json
 
 import aiohttp
+import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import ServerProcess
+from tests.conftest import ServerProcess, manage_command
 
 pytestmark = pytest.mark.server
 
@@ -93,3 +95,23 @@ def test_sixteen_streams_at_once_each_get_their_own_text_while_steps_batch_them(
     assert fed_alone == steps_alone == tokens  # one sequence per step while they came one at a time
     assert fed_together == tokens
     assert steps_together < fed_together, f"{steps_together} steps for {fed_together} sequence-steps"
+
+
+def test_the_openai_client_completes_and_chats_with_it(served: ServerProcess):
+    key = manage_command(served.var_dir, {})("issue_token", "admin")  # the same API tokens as /v2 and /api/
+    client = openai.OpenAI(base_url=f"{served.base_url}/v1", api_key=key, max_retries=0)
+    assert "text_generator" in [model.id for model in client.models.list()]
+    asked = {"model": "text_generator", "max_tokens": 16, "temperature": 0}
+    completion = client.completions.create(prompt="The module", **asked)
+    text = completion.choices[0].text
+    assert len(text) == 16 and completion.choices[0].finish_reason == "length"
+    assert completion.usage.completion_tokens == 16 and completion.usage.prompt_tokens == len("The module")
+    chunks = list(client.completions.create(prompt="The module", stream=True, **asked))
+    assert "".join(chunk.choices[0].text for chunk in chunks) == text and len(chunks) > 2
+    messages = [{"role": "user", "content": "What is a module?"}]
+    chat = client.chat.completions.create(messages=messages, **asked)
+    answer = chat.choices[0].message
+    assert answer.role == "assistant" and len(answer.content) == 16
+    pieces = list(client.chat.completions.create(messages=messages, stream=True, **asked))
+    assert pieces[0].choices[0].delta.role == "assistant"
+    assert "".join(piece.choices[0].delta.content or "" for piece in pieces) == answer.content

@@ -11,6 +11,7 @@ import urllib.request
 
 import aiohttp
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.engine.decoupled_models import build_decoupled_repository
 from tests.engine.frontend.server_process import running_server
@@ -130,3 +131,17 @@ def test_a_client_that_disconnects_cancels_its_request(url):
         assert time.monotonic() < deadline, after
         time.sleep(0.05)
     assert after["in_flight"] == 0
+    # the first event, then the one the model sends only once request.is_cancelled() told it the client left
+    assert after["responses"] == before["responses"] + 2
+    assert in_flight_gauge(url, "repeat") == 0
+
+
+def in_flight_gauge(url: str, model: str) -> float:
+    """infera_streams_in_flight of a model's version 1 on /metrics."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "infera_streams_in_flight" and sample.labels == {"model": model, "version": "1"}:
+                return sample.value
+    raise AssertionError(f"no infera_streams_in_flight for {model} on /metrics")

@@ -16,12 +16,22 @@ import numpy as np
 from engine.config import ModelConfig
 from engine.custom_metrics import CustomMetrics
 from engine.datatypes import wire_type_of
-from engine.errors import InferaError, InvalidArgument, ModelNotFound, NotFound, Unavailable, Unsupported
+from engine.errors import (
+    DecoupledOnly,
+    InferaError,
+    InvalidArgument,
+    ModelNotFound,
+    NotFound,
+    Unavailable,
+    Unsupported,
+)
 from engine.protocol.validation import check_input, check_required_inputs, common_batch_size, input_config
+from engine.streams import ResponseStream, StreamedResponse
 from engine.types import InferenceRequest, InferenceResponse, ModelCall, ModelCallResult, RequestedOutput
 
 # pb_utils.TritonError codes
 INTERNAL, NOT_FOUND, INVALID_ARG, UNAVAILABLE, UNSUPPORTED = 1, 2, 3, 4, 5
+NOT_SERVING = "this server is not serving: no model can be called"
 
 
 def error_code(exc: InferaError) -> int:
@@ -45,8 +55,10 @@ class ModelServices:
         infer: Callable[[InferenceRequest], Awaitable[InferenceResponse]],
         config_of: Callable[[str, int | None], ModelConfig],
         metrics: CustomMetrics,
+        infer_stream: Callable[[InferenceRequest], Awaitable[ResponseStream]] | None = None,
     ) -> None:
         self._infer = infer
+        self._infer_stream = infer_stream
         self._config_of = config_of
         self.metrics = metrics
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -69,6 +81,8 @@ class ModelServices:
         try:
             request = self.request_of(call)
             response = await self._infer(request)
+        except DecoupledOnly:
+            return [ModelCallResult(error=_decoupled_call(call.model_name), code=UNSUPPORTED)]
         except InferaError as exc:
             return [ModelCallResult(error=exc.message, code=error_code(exc))]
         wanted = call.requested_outputs or list(response.outputs)
@@ -86,11 +100,49 @@ class ModelServices:
         """`call` from a thread that is not the engine's loop (a model instance's worker, a stub reader)."""
         if self.loop is None or self.loop.is_closed():
             future: concurrent.futures.Future = concurrent.futures.Future()
-            future.set_result(
-                [ModelCallResult(error="this server is not serving: no model can be called", code=UNAVAILABLE)]
-            )
+            future.set_result([ModelCallResult(error=NOT_SERVING, code=UNAVAILABLE)])
             return future
         return asyncio.run_coroutine_threadsafe(self.call(call), self.loop)
+
+    def stream_from_thread(
+        self, call: ModelCall, deliver: Callable[[ModelCallResult, bool], None]
+    ) -> Callable[[], None]:
+        """Start `call` from any thread as a stream (exec(decoupled=True)): each response goes to
+        `deliver(result, last)` on the engine's loop, and the last one always comes, an error if the call could not
+        run. Returns what cancels it, callable from any thread (the called model sees request.is_cancelled())."""
+        loop = self.loop
+        if loop is None or loop.is_closed() or self._infer_stream is None:
+            deliver(ModelCallResult(error=NOT_SERVING, code=UNAVAILABLE), True)
+            return lambda: None
+        opened: list[ResponseStream] = []
+        cancelled = False
+
+        async def run() -> None:
+            try:
+                stream = await self._infer_stream(self.request_of(call))
+            except InferaError as exc:
+                deliver(ModelCallResult(error=exc.message, code=error_code(exc)), True)
+                return
+            opened.append(stream)
+            if cancelled:
+                stream.cancel()
+            ended = False
+            try:
+                async for response in stream:
+                    ended = response.final
+                    deliver(_stream_result(call, response), ended)
+            finally:
+                if not ended:  # the stream broke off (the server stopping): the caller must not wait forever
+                    deliver(ModelCallResult(error="the call ended without its last response", code=INTERNAL), True)
+
+        def cancel_on_loop() -> None:
+            nonlocal cancelled
+            cancelled = True
+            if opened:
+                opened[0].cancel()
+
+        asyncio.run_coroutine_threadsafe(run(), loop)
+        return lambda: loop.call_soon_threadsafe(cancel_on_loop)
 
     def request_of(self, call: ModelCall) -> InferenceRequest:
         """The engine request a call makes, checked against the target's config like a client's request."""
@@ -126,3 +178,23 @@ class ModelServices:
             request.sequence_start = bool(call.flags & 1)
             request.sequence_end = bool(call.flags & 2)
         return request
+
+
+def _stream_result(call: ModelCall, response: StreamedResponse) -> ModelCallResult:
+    """One response of a streamed call as model code reads it: its error, its requested outputs, or nothing (the
+    final flag alone)."""
+    if response.error is not None:
+        return ModelCallResult(error=response.error.message, code=error_code(response.error))
+    outputs = response.outputs or {}
+    wanted = call.requested_outputs or list(outputs)
+    if outputs and (missing := [name for name in wanted if name not in outputs]):
+        message = f"model '{call.model_name}' has no output(s) {', '.join(map(repr, missing))}"
+        return ModelCallResult(error=message, code=INVALID_ARG)
+    return ModelCallResult(outputs={name: outputs[name] for name in wanted if name in outputs})
+
+
+def _decoupled_call(model: str) -> str:
+    return (
+        f"Model {model} is using the decoupled transaction policy: a BLS call to it needs 'decoupled=True' in "
+        "exec() or async_exec(), which returns its responses one by one"
+    )

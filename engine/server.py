@@ -63,7 +63,7 @@ class InferenceServer:
         self.repository = ModelRepository(Path(repository)) if repository else None
         self.settings = settings if settings is not None else EngineSettings()
         self.custom_metrics = CustomMetrics()  # families model code declares (pb_utils.MetricFamily)
-        self.model_services = ModelServices(self.infer, self.model_config, self.custom_metrics)
+        self.model_services = ModelServices(self.infer, self.model_config, self.custom_metrics, self.infer_stream)
         self.manager = ModelManager(gpus=_gpus(gpu_count), services=self.model_services)
         self.name = self.settings.server_name
         self.version = __version__

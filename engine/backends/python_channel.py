@@ -22,6 +22,7 @@ import socket
 import struct
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -321,7 +322,7 @@ class Exchange:
         self.handle = handle
         self._read_lock = threading.Lock()
         self._ids = itertools.count(1)
-        self._answers: dict[int, Message | None] = {}
+        self._answers: dict[int, deque[Message]] = {}  # answers that came and were not read yet, per question
         self._answered = threading.Condition(threading.Lock())
         self.closed: str | None = None  # why the link ended, once it has
 
@@ -329,30 +330,49 @@ class Exchange:
         self, header: dict[str, Any], arrays: list[np.ndarray] | tuple[()] = (), timeout: float | None = None
     ) -> Message:
         """Send a question and read until its answer arrives; ChannelClosed or TimeoutError otherwise."""
+        number = self.open(header, arrays)
+        try:
+            return self.next_answer(number, timeout)
+        finally:
+            self.forget(number)
+
+    def open(self, header: dict[str, Any], arrays: list[np.ndarray] | tuple[()] = ()) -> int:
+        """Send a question that may get several answers (a BLS call to a decoupled model); its number, to read
+        them with `next_answer` and to `forget` it after the last."""
         number = next(self._ids)
         with self._answered:
-            self._answers[number] = None
+            self._answers[number] = deque()
         try:
             self.channel.send(dict(header, id=number), arrays)
-            deadline = None if timeout is None else time.monotonic() + timeout
-            while True:
-                with self._answered:
-                    answer = self._answers[number]
-                    if answer is not None:
-                        return answer
-                    if self.closed is not None:
-                        raise ChannelClosed(self.closed)
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    raise TimeoutError
-                if self._read_lock.acquire(timeout=-1 if left is None else left):
-                    try:
-                        self._read_until(number, deadline)
-                    finally:
-                        self._read_lock.release()
-        finally:
+        except BaseException:
+            self.forget(number)
+            raise
+        return number
+
+    def next_answer(self, number: int, timeout: float | None = None) -> Message:
+        """The next answer to question `number`, reading the channel until it arrives; ChannelClosed or TimeoutError
+        otherwise."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
             with self._answered:
-                self._answers.pop(number, None)
+                answers = self._answers[number]
+                if answers:
+                    return answers.popleft()
+                if self.closed is not None:
+                    raise ChannelClosed(self.closed)
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise TimeoutError
+            if self._read_lock.acquire(timeout=-1 if left is None else left):
+                try:
+                    self._read_until(number, deadline)
+                finally:
+                    self._read_lock.release()
+
+    def forget(self, number: int) -> None:
+        """Stop keeping answers to question `number` (any still to come are dropped)."""
+        with self._answered:
+            self._answers.pop(number, None)
 
     def _read_until(self, number: int, deadline: float | None) -> None:
         """Holding the read lock: read messages until `number` is answered, the deadline passes or the link ends.
@@ -361,7 +381,7 @@ class Exchange:
         on the socket, and would not see what is already buffered (a decoupled model's responses, say)."""
         while True:
             with self._answered:
-                answered = self._answers.get(number) is not None or self.closed is not None
+                answered = bool(self._answers.get(number)) or self.closed is not None
             if answered:
                 while self.closed is None and self.channel.holds_message():
                     message = self._receive()
@@ -396,7 +416,7 @@ class Exchange:
         if number is not None:
             with self._answered:
                 if number in self._answers:
-                    self._answers[number] = (header, arrays)
+                    self._answers[number].append((header, arrays))
             return None
         return header, arrays
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import queue
 from collections.abc import Callable
 
 from engine.backends import python_utils as pb_utils
@@ -19,6 +20,8 @@ from engine.model_services import UNAVAILABLE
 from engine.types import ModelCall, ModelCallResult
 
 model_log = logging.getLogger("infera.model")
+NO_BLS_IN_TRIAL = "BLS requests are not available while a model version is trial-loaded"
+Deliver = Callable[[ModelCallResult, bool], None]  # one response of a streamed BLS call, and whether it is the last
 
 
 class EngineModelHost:
@@ -38,10 +41,17 @@ class EngineModelHost:
         """The future results of a BLS call from model code."""
         if self.services is None:
             future: concurrent.futures.Future = concurrent.futures.Future()
-            message = "BLS requests are not available while a model version is trial-loaded"
-            future.set_result([ModelCallResult(error=message, code=UNAVAILABLE)])
+            future.set_result([ModelCallResult(error=NO_BLS_IN_TRIAL, code=UNAVAILABLE)])
             return future
         return self.services.call_from_thread(call)
+
+    def open_stream(self, call: ModelCall, deliver: Deliver) -> Callable[[], None]:
+        """Start a BLS call whose responses each go to `deliver(result, last)` (on the engine's loop); returns
+        what cancels it."""
+        if self.services is None:
+            deliver(ModelCallResult(error=NO_BLS_IN_TRIAL, code=UNAVAILABLE), True)
+            return lambda: None
+        return self.services.stream_from_thread(call, deliver)
 
     def declare(self, name: str, description: str, kind: str) -> None:
         self.metrics.declare(self.owner, name, description, kind)
@@ -65,13 +75,22 @@ class EngineModelHost:
 
     # ---- pb_utils.ModelHost (in-process models)
 
-    def infer(self, request: pb_utils.InferenceRequest, decoupled: bool) -> list[pb_utils.InferenceResponse]:
-        return bls_responses(self.call(model_call(request)).result())
+    def infer(self, request: pb_utils.InferenceRequest) -> pb_utils.InferenceResponse:
+        return bls_responses(self.call(model_call(request)).result())[0]
 
-    async def async_infer(
-        self, request: pb_utils.InferenceRequest, decoupled: bool
-    ) -> list[pb_utils.InferenceResponse]:
-        return bls_responses(await asyncio.wrap_future(self.call(model_call(request))))
+    async def async_infer(self, request: pb_utils.InferenceRequest) -> pb_utils.InferenceResponse:
+        return bls_responses(await asyncio.wrap_future(self.call(model_call(request))))[0]
+
+    def stream(self, request: pb_utils.InferenceRequest) -> pb_utils.ResponseIterator:
+        # the model's thread waits on the queue; the engine's loop fills it
+        arrived: queue.SimpleQueue[tuple[ModelCallResult, bool]] = queue.SimpleQueue()
+        cancel = self.open_stream(model_call(request), lambda result, last: arrived.put((result, last)))
+
+        def receive() -> tuple[pb_utils.InferenceResponse, bool]:
+            result, last = arrived.get()
+            return bls_responses([result])[0], last
+
+        return pb_utils.ResponseIterator(receive, cancel)
 
     def metric_family(self, family: pb_utils.MetricFamily) -> None:
         self._model_side(self.declare, family.name, family.description, pb_utils.MetricFamily.KINDS[family.kind])

@@ -80,6 +80,8 @@ class StubProcess:
         self.dead: str | None = None
         self.exchange: Exchange | None = None
         self._reader: threading.Thread | None = None
+        self._bls_streams: dict[int, Callable[[], None]] = {}  # the stub's streamed BLS calls: what cancels each
+        self._bls_lock = threading.Lock()
 
     def start(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -175,6 +177,10 @@ class StubProcess:
         op = header.get("op")
         if op == "call":
             self._relay_call(header, arrays)
+        elif op == "call_cancel":
+            cancel = self._bls_streams.get(int(header["call"]))
+            if cancel is not None:
+                cancel()
         elif op == "metric_update":
             self._quietly(
                 self.host.update, header["name"], header["labels"], header["action"], header["value"], header["buckets"]
@@ -214,7 +220,28 @@ class StubProcess:
             flags=int(spec.get("flags", 0)),
             timeout_us=int(spec.get("timeout_us", 0)),
         )
+        if spec.get("decoupled"):  # exec(decoupled=True): an answer per response, the last marked final
+            self._relay_stream(header, call)
+            return
         self.host.call(call).add_done_callback(lambda done: self._answer_call(header, done.result()))
+
+    def _relay_stream(self, question: dict[str, Any], call: ModelCall) -> None:
+        number = int(question["id"])
+        ended = False
+
+        def deliver(result: ModelCallResult, last: bool) -> None:  # on the engine's loop
+            nonlocal ended
+            if last:
+                with self._bls_lock:
+                    ended = True
+                    self._bls_streams.pop(number, None)
+            entry = {"outputs": list(result.outputs), "error": result.error, "code": result.code}
+            self._answer(question, {"results": [entry], "final": last}, list(result.outputs.values()))
+
+        cancel = self.host.open_stream(call, deliver)
+        with self._bls_lock:  # the call may have ended already: nothing left to cancel then
+            if not ended:
+                self._bls_streams[number] = cancel
 
     def _answer_call(self, question: dict[str, Any], results: list[ModelCallResult]) -> None:
         arrays: list[np.ndarray] = []

@@ -57,16 +57,32 @@ class StubHost:
         }
         return header, [call.inputs[name] for name in names]
 
-    def infer(self, request: pb_utils.InferenceRequest, decoupled: bool) -> list[pb_utils.InferenceResponse]:
-        return _call_results(*self.exchange.ask(*self._call_message(request)))
+    def infer(self, request: pb_utils.InferenceRequest) -> pb_utils.InferenceResponse:
+        return _call_results(*self.exchange.ask(*self._call_message(request)))[0]
 
-    async def async_infer(
-        self, request: pb_utils.InferenceRequest, decoupled: bool
-    ) -> list[pb_utils.InferenceResponse]:
+    async def async_infer(self, request: pb_utils.InferenceRequest) -> pb_utils.InferenceResponse:
         # a worker thread waits (and reads the link) so the model's other coroutines go on meanwhile
         header, arrays = self._call_message(request)
         loop = asyncio.get_running_loop()
-        return _call_results(*await loop.run_in_executor(None, self.exchange.ask, header, arrays))
+        return _call_results(*await loop.run_in_executor(None, self.exchange.ask, header, arrays))[0]
+
+    def stream(self, request: pb_utils.InferenceRequest) -> pb_utils.ResponseIterator:
+        """The server answers a streamed call once per response of the model, the last with "final"."""
+        header, arrays = self._call_message(request)
+        header["call"]["decoupled"] = True
+        number = self.exchange.open(header, arrays)
+
+        def receive() -> tuple[pb_utils.InferenceResponse, bool]:
+            answer, out = self.exchange.next_answer(number)
+            last = bool(answer.get("final", True))
+            if last:
+                self.exchange.forget(number)
+            return _call_results(answer, out)[0], last
+
+        def cancel() -> None:
+            self.exchange.channel.post({"op": "call_cancel", "call": number})
+
+        return pb_utils.ResponseIterator(receive, cancel, lambda: self.exchange.forget(number))
 
     def metric_family(self, family: pb_utils.MetricFamily) -> None:
         kind = pb_utils.MetricFamily.KINDS[family.kind]

@@ -15,7 +15,7 @@ import contextvars
 import json
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
@@ -38,9 +38,13 @@ TRITONSERVER_MEMORY_GPU = 2
 class ModelHost(Protocol):
     """What model code reaches outside itself through: the server (BLS), its metrics and its log."""
 
-    def infer(self, request: InferenceRequest, decoupled: bool) -> list[InferenceResponse]: ...
+    def infer(self, request: InferenceRequest) -> InferenceResponse: ...
 
-    async def async_infer(self, request: InferenceRequest, decoupled: bool) -> list[InferenceResponse]: ...
+    async def async_infer(self, request: InferenceRequest) -> InferenceResponse: ...
+
+    def stream(self, request: InferenceRequest) -> ResponseIterator:
+        """A BLS call whose responses are read as they come (exec(decoupled=True))."""
+        ...
 
     def metric_family(self, family: MetricFamily) -> None: ...
 
@@ -285,26 +289,71 @@ class InferenceRequest:
             )
         return self._response_sender
 
-    def exec(self, decoupled: bool = False) -> InferenceResponse | Iterator[InferenceResponse]:
-        """Run this request on the model it names and wait (BLS); errors come back in the response."""
+    def exec(self, decoupled: bool = False) -> InferenceResponse | ResponseIterator:
+        """Run this request on the model it names and wait (BLS); errors come back in the response. With
+        `decoupled`, the responses as they come (a decoupled model's any number; any other model's one)."""
         self._check_target()
-        responses = current_host().infer(self, decoupled)
-        return iter(responses) if decoupled else responses[0]
+        if decoupled:
+            return current_host().stream(self)
+        return current_host().infer(self)
 
-    async def async_exec(self, decoupled: bool = False) -> InferenceResponse | AsyncIterator[InferenceResponse]:
-        """`exec` for `async def execute`: other requests run while this one waits."""
+    async def async_exec(self, decoupled: bool = False) -> InferenceResponse | ResponseIterator:
+        """`exec` for `async def execute`: other requests run while this one waits. With `decoupled`, as in
+        Triton, the ResponseIterator is iterated with a plain `for` (each step waits for the next response)."""
         self._check_target()
-        responses = await current_host().async_infer(self, decoupled)
-        return _aiter(responses) if decoupled else responses[0]
+        if decoupled:
+            return current_host().stream(self)
+        return await current_host().async_infer(self)
 
     def _check_target(self) -> None:
         if not self._model_name:
             raise TritonModelException("a BLS request needs model_name")
 
 
-async def _aiter(responses: list[InferenceResponse]) -> AsyncIterator[InferenceResponse]:
-    for response in responses:
-        yield response
+class ResponseIterator:
+    """The responses of `exec(decoupled=True)`, each as it arrives, up to and including the last (which may be an
+    empty one: the final flag alone); iterating again starts over. `cancel()` cancels the call: the model it went
+    to sees request.is_cancelled().
+
+    `receive()` blocks until the next response and says whether it is the last; `cancel` and `forget` (the
+    iterator was dropped before the end: later responses are not kept) come from the host."""
+
+    def __init__(
+        self,
+        receive: Callable[[], tuple[InferenceResponse, bool]],
+        cancel: Callable[[], None],
+        forget: Callable[[], None] | None = None,
+    ) -> None:
+        self._receive = receive
+        self._cancel = cancel
+        self._forget = forget
+        self._responses: list[InferenceResponse] = []
+        self._index = 0
+        self._finished = False
+
+    def __iter__(self) -> ResponseIterator:
+        if self._finished and self._index >= len(self._responses):
+            self._index = 0
+        return self
+
+    def __next__(self) -> InferenceResponse:
+        if self._index < len(self._responses):
+            self._index += 1
+            return self._responses[self._index - 1]
+        if self._finished:
+            raise StopIteration
+        response, self._finished = self._receive()
+        self._responses.append(response)
+        self._index += 1
+        return response
+
+    def cancel(self) -> None:
+        if not self._finished:
+            self._cancel()
+
+    def __del__(self) -> None:
+        if not self._finished and self._forget is not None:
+            self._forget()
 
 
 class InferenceResponseSender:

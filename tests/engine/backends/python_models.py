@@ -5,6 +5,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+from tests.engine.decoupled_models import DECOUPLED, REPEAT, repeat_config
 from tests.engine.model_factory import make_python_model, make_simple_onnx, python_config
 
 IN_PROCESS = 'parameters { key: "EXECUTION_MODE" value { string_value: "in_process" } }\n'
@@ -269,6 +270,60 @@ CRASHER = textwrap.dedent(
 )
 
 
+# BLS into a decoupled model (`repeat`: a response per element of IN): the request parameter "mode" says how.
+# "collect": exec(decoupled=True), every response read; "async": the same through async_exec; "cancel": the first
+# response, then cancel() (repeat, asked to wait for it, answers -1 once it sees it); "plain": exec() without
+# decoupled, which the server refuses. OUT: the OUT of every response that had one; COUNT: responses read;
+# EMPTY_LAST: 1 when the last one carried the final flag alone.
+BLS_DECOUPLED = textwrap.dedent(
+    """
+    import json
+
+    import numpy as np
+    import triton_python_backend_utils as pb_utils
+
+
+    class TritonPythonModel:
+        async def execute(self, requests):
+            return [await self.answer(request) for request in requests]
+
+        async def answer(self, request):
+            mode = json.loads(request.parameters()).get("mode", "collect")
+            parameters = {"until_cancelled": True} if mode == "cancel" else {}
+            call = pb_utils.InferenceRequest(
+                model_name="repeat",
+                inputs=[pb_utils.get_input_tensor_by_name(request, "IN")],
+                requested_output_names=["OUT"],
+                parameters=parameters,
+            )
+            if mode == "plain":
+                answer = call.exec()
+                return pb_utils.InferenceResponse(error=answer.error()) if answer.has_error() else answer
+            responses = await call.async_exec(decoupled=True) if mode == "async" else call.exec(decoupled=True)
+            read = []
+            for response in responses:
+                read.append(response)
+                if mode == "cancel" and len(read) == 1:
+                    responses.cancel()
+                if response.has_error():
+                    return pb_utils.InferenceResponse(error=response.error())
+            values = [
+                int(pb_utils.get_output_tensor_by_name(response, "OUT").as_numpy()[0])
+                for response in read
+                if response.output_tensors()
+            ]
+            return pb_utils.InferenceResponse(
+                [
+                    pb_utils.Tensor("OUT", np.array(values, dtype=np.int32)),
+                    pb_utils.Tensor("COUNT", np.array([len(read)], dtype=np.int32)),
+                    pb_utils.Tensor("EMPTY_LAST", np.array([int(not read[-1].output_tensors())], dtype=np.int32)),
+                ]
+            )
+    """
+)
+BLS_DECOUPLED_OUTPUTS = [("OUT", "TYPE_INT32", [-1]), ("COUNT", "TYPE_INT32", [1]), ("EMPTY_LAST", "TYPE_INT32", [1])]
+
+
 def build_python_repository(repo: Path) -> Path:
     """Every model the python-backend API tests call."""
     make_simple_onnx(repo, name="simple")
@@ -298,4 +353,8 @@ def build_python_repository(repo: Path) -> Path:
     make_python_model(repo, "echo_args", ECHO_ARGS, python_config("echo_args", *text))
     crash = [("X", "TYPE_INT32", [1])], [("PID", "TYPE_INT64", [1])]
     make_python_model(repo, "crasher", CRASHER, python_config("crasher", *crash))
+    make_python_model(repo, "repeat", REPEAT, repeat_config("repeat"), extra_config=DECOUPLED)
+    for name, extra in (("bls_decoupled", ""), ("bls_decoupled_in_process", IN_PROCESS)):
+        config = python_config(name, [("IN", "TYPE_INT32", [-1])], BLS_DECOUPLED_OUTPUTS, max_batch_size=0)
+        make_python_model(repo, name, BLS_DECOUPLED, config, extra_config=extra)
     return repo

@@ -27,7 +27,7 @@ from engine.names import check_model_name, normalise_files
 from engine.repository import ModelRepository, complete_config, resolve_config, select_versions
 from engine.settings import EngineSettings
 from engine.shared_memory import SharedMemoryRegistry
-from engine.streams import ResponseStream
+from engine.streams import ResponseStream, StreamTimes
 from engine.tracing import Tracer
 from engine.traffic import TrafficPolicy, TrafficState, check_policy, policy_from_dict
 from engine.types import InferenceRequest, InferenceResponse
@@ -376,10 +376,44 @@ class InferenceServer:
             stream.model_version = response.model_version
             stream.send(response.outputs, final=True)
             return stream
+        state = self.traffic.get(request.model_name)
+        candidate = self._canary_candidate(state, request, served.version)
         stream = request.stream = ResponseStream(started_ns=request.arrival_ns or None)
-        stream.model_version = served.version
-        await served.infer(request)
+        if candidate is None:
+            stream.model_version = served.version
+            await served.infer(request)
+            return stream
+        stream.model_version = candidate.version
+        try:
+            await candidate.infer(request)
+        except InferaError:
+            self._guard(state, request.model_name, failed=True, seconds=0.0)
+            raise
+        stream.when_final(lambda times: self._guard_stream(state, request.model_name, times))
         return stream
+
+    def _canary_candidate(
+        self, state: TrafficState | None, request: InferenceRequest, active: int
+    ) -> ServedVersion | None:
+        """The version a canary sends a stream that names no version to, when it is not the active one."""
+        if (
+            state is None
+            or state.policy.mode != "canary"
+            or request.model_version is not None
+            or request.sequence_id not in (0, "")
+        ):
+            return None
+        version = state.router.choose(request.parameters, active)
+        if version == active or not self.model_ready(request.model_name, version):
+            return None
+        return self.manager.get(request.model_name, version)
+
+    def _guard_stream(self, state: TrafficState, model: str, times: StreamTimes) -> None:
+        """A canary's stream has ended: failed when its last response was an error (not a client that left), its
+        latency the time to its first response (a stream's length is the client's, not the version's)."""
+        first = times.first_response_ns
+        seconds = (first if first is not None else times.ended_ns - times.started_ns) / 1e9
+        self._guard(state, model, failed=times.failed and not times.cancelled, seconds=seconds)
 
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
         state = self.traffic.get(request.model_name)
@@ -463,11 +497,18 @@ class InferenceServer:
         status = self.status(name)
         if not status.versions:
             raise ModelNotFound(f"Request for unknown model: '{name}' is not found")
-        check_policy(name, policy, set(status.ready), status.active)
+        check_policy(name, policy, set(status.ready), status.active, decoupled=self._decoupled(name))
         if policy.mode == "active":
             self.traffic.pop(name, None)
         else:
             self.traffic[name] = TrafficState.of(policy)
+
+    def _decoupled(self, name: str) -> bool:
+        """Whether the version serving `name` is decoupled (False when none serves)."""
+        try:
+            return self.manager.get(name).config.decoupled
+        except InferaError:
+            return False
 
     def traffic_status(self, name: str) -> dict:
         """The policy in force for `name`, the shadow comparison, and the last automatic rollback."""

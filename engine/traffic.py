@@ -5,6 +5,9 @@ by weight (sticky per client key when the request carries one, so one user does 
 shadow answers from the active version and runs a sampled share of copies on the candidate, whose answers are
 compared with the active one's and thrown away. A guard can roll a canary or a shadow back to the active version
 when the candidate's error rate or p99 latency over a window crosses a threshold.
+
+A decoupled model's streams follow a canary too (the guard counts a stream that ends in an error as failed and times
+its first response, the stream's latency); a shadow is refused for them, having no one answer to compare.
 """
 
 from __future__ import annotations
@@ -89,11 +92,19 @@ def _optional_float(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
-def check_policy(model: str, policy: TrafficPolicy, ready: set[int], active: int | None) -> None:
-    """InvalidArgument when the policy cannot apply to the versions that are READY now."""
+def check_policy(
+    model: str, policy: TrafficPolicy, ready: set[int], active: int | None, *, decoupled: bool = False
+) -> None:
+    """InvalidArgument when the policy cannot apply to the versions that are READY now (or, `decoupled`, to a model
+    that streams its responses: a canary splits streams, a shadow has no one answer to compare)."""
     prefix = f"traffic policy of model '{model}'"
     if policy.mode not in MODES:
         raise InvalidArgument(f"{prefix}: mode must be one of {', '.join(MODES)}, got '{policy.mode}'")
+    if policy.mode == "shadow" and decoupled:
+        raise InvalidArgument(
+            f"{prefix}: a shadow compares each request's one answer from two versions, and '{model}' is decoupled "
+            "(it streams any number of responses per request); a canary can split its streams between versions"
+        )
     if policy.mode == "canary":
         if len(policy.weights) < 2:
             raise InvalidArgument(f"{prefix}: a canary needs weights for two or more versions")

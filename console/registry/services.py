@@ -644,7 +644,8 @@ def set_traffic_policy(actor: Any, model: RegisteredModel, data: Any) -> Registe
         model = _locked(model)
         ready = set(model.versions.filter(state=VersionState.READY).values_list("number", flat=True))
         try:
-            check_traffic_policy(model.name, policy, ready, model.active_number)
+            decoupled = bool((model.shown_config.get("model_transaction_policy") or {}).get("decoupled"))
+            check_traffic_policy(model.name, policy, ready, model.active_number, decoupled=decoupled)
         except InferaError as exc:
             raise RegistryError(exc.message) from None
         _write_traffic(actor, model, policy.to_dict(), "traffic.set")

@@ -189,3 +189,15 @@ def test_the_traffic_endpoints_are_in_the_openapi_schema(as_viewer):
     assert "post" in paths["/api/models/{name}/traffic/rollback"]
     assert "/api/models/{name}/traffic/" not in paths
     assert "TrafficPolicy" in schema["components"]["schemas"]
+
+
+def test_it_refuses_a_shadow_for_a_decoupled_model_and_keeps_canaries(as_operator):
+    """A decoupled model streams any number of responses: there is no one answer per request to compare."""
+    ModelVersion.objects.filter(number=1).update(
+        config={"name": "simple", "model_transaction_policy": {"decoupled": True}}
+    )
+    answer = as_operator.put(URL, {"mode": "shadow", "candidate": 2}, format="json")
+    assert answer.status_code == 400
+    reason = answer.json()["detail"]
+    assert "'simple' is decoupled" in reason and "a canary can split its streams" in reason
+    assert as_operator.put(URL, CANARY, format="json").status_code == 202

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from engine.config import ModelConfig
 from engine.errors import BackendError, InferaError, Unavailable
 from engine.instances import ModelInstance
-from engine.schedulers.batcher import Batch, DynamicBatcher, PendingRequest, shape_key
+from engine.schedulers.batcher import Batch, DynamicBatcher, PendingRequest
 from engine.stats import ModelStats
 from engine.streams import StreamTimes
 from engine.types import InferenceRequest, InferenceResponse
@@ -32,7 +32,7 @@ class Flight:
 
     batch: Batch
     start_ns: int
-    result: asyncio.Future | None = None
+    result: tuple | None = None  # (result, error) as the instance answered
     done: bool = False
 
 
@@ -46,7 +46,12 @@ def _mark_compute(trace, start_ns: int, times) -> None:
 
 class Dispatcher:
     """Drives one model version's batcher: wakes on arrivals, free instances and delay deadlines (sequence models
-    have engine.sequence_dispatch)."""
+    have engine.sequence_dispatch).
+
+    Several idle instances share what is queued (each batch takes at most its share) when batches run on the
+    instances' threads, so a compute-bound model keeps more than one batch in flight, and a batch forms while the
+    others compute. Batches cheap enough to run inline on the loop are not split: they run one after the other.
+    """
 
     def __init__(
         self, name: str, version: int, config: ModelConfig, instances: list[ModelInstance], stats: ModelStats
@@ -60,7 +65,9 @@ class Dispatcher:
         self._flights: deque[Flight] = deque()
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
-        self._running: set[asyncio.Future] = set()
+        self._running = 0  # batches handed to instances and not answered
+        self._idle_again = asyncio.Event()  # set when nothing is running, for stop()
+        self._idle_again.set()
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"dispatch-{self.name}-{self.version}")
@@ -69,22 +76,22 @@ class Dispatcher:
     def queued(self) -> int:
         return sum(len(lane.batcher) for lane in self.lanes)
 
-    async def submit(self, request: InferenceRequest) -> InferenceResponse:
-        """Queue a validated request and wait for its outputs; raises QueueFull when the queue is full."""
-        loop = asyncio.get_running_loop()
+    def submit(self, request: InferenceRequest) -> asyncio.Future:
+        """Queue a validated request; the future resolves to its InferenceResponse (or fails, the failure counted).
+
+        Raises QueueFull at once when the queue is full.
+        """
         now = time.monotonic_ns()
-        request.arrival_ns = request.arrival_ns or now
+        if not request.arrival_ns:
+            request.arrival_ns = now
         lane = self.lanes[0]
-        pending = PendingRequest(
-            request=request,
-            future=loop.create_future(),
-            enqueue_ns=now,
-            shape_key=shape_key(request, lane.batcher.batching),
-        )
+        batcher = lane.batcher
+        loop = asyncio.get_running_loop()
+        pending = PendingRequest(request, loop.create_future(), now, batcher.key_of(request))
         if request.trace is not None:
             request.trace.mark("QUEUE_START", now)
-        lane.batcher.add(pending, now)
-        self.stats.pending = self.queued
+        batcher.add(pending, now)
+        self.stats.pending = len(batcher)
         if lane.idle:
             # an idle instance takes the batch on the loop's next turn: requests that arrive in this turn (callers
             # answered by the last batch) join it, and no hop through the dispatcher task is needed
@@ -93,7 +100,7 @@ class Dispatcher:
                 loop.call_soon(self._dispatch_soon, lane)
         else:
             self._wake.set()
-        return await answer(pending, self.stats, self.name, self.version)
+        return pending.future
 
     async def _run(self) -> None:
         while True:
@@ -117,25 +124,37 @@ class Dispatcher:
 
     def _dispatch(self, lane: Lane, now: int) -> None:
         """Expire timed-out requests, then hand batches to idle instances while the batcher releases them."""
-        for p in lane.batcher.expire(now):
-            self._answer_timeout(p)
-        while lane.idle:
-            batch = lane.batcher.next_batch(now)
+        batcher = lane.batcher
+        if batcher.timeouts:
+            for p in batcher.expire(now):
+                self._answer_timeout(p)
+        idle = lane.idle
+        while idle and batcher.size:
+            instance = idle[-1]
+            # several idle instances and batches on their threads: each takes its share, so they compute together
+            share = -(-batcher.inferences // len(idle)) if len(idle) > 1 and not instance.runs_inline else 0
+            batch = batcher.next_batch(now, share)
             if batch is None:
                 return
-            instance = lane.idle.pop()
-            requests = batch.requests
-            self.stats.pending = self.queued
+            idle.pop()
+            self.stats.pending = len(batcher)
             flight = Flight(batch, time.monotonic_ns())
             if self.preserve_ordering:
                 self._flights.append(flight)
-            future = instance.execute([p.request for p in requests], [p.batch_size for p in requests])
-            self._running.add(future)
-            future.add_done_callback(functools.partial(self._finish, lane, instance, flight))
+            self._running += 1
+            self._idle_again.clear()
+            requests = batch.requests
+            instance.run(
+                [p.request for p in requests],
+                [p.request.batch_size for p in requests],
+                functools.partial(self._finish, lane, instance, flight),
+            )
 
-    def _finish(self, lane: Lane, instance: ModelInstance, flight: Flight, future: asyncio.Future) -> None:
-        self._running.discard(future)
-        flight.result = future
+    def _finish(self, lane: Lane, instance: ModelInstance, flight: Flight, result, error) -> None:
+        self._running -= 1
+        if not self._running:
+            self._idle_again.set()
+        flight.result = (result, error)
         flight.done = True
         lane.idle.append(instance)
         if self.preserve_ordering:
@@ -148,50 +167,53 @@ class Dispatcher:
 
     def _answer(self, flight: Flight) -> None:
         """Resolve every request of a finished batch; a failed batch fails only its own requests."""
-        future = flight.result
+        result, exc = flight.result
         requests = flight.batch.requests
-        exc = future.exception() if not future.cancelled() else Unavailable(f"model '{self.name}' stopped")
         if exc is not None:
             error = exc if isinstance(exc, InferaError) else BackendError(f"model '{self.name}' failed: {exc}")
             for p in requests:
-                if not p.future.done():
-                    p.future.set_exception(error)
+                self._fail(p, error)
             return
-        outputs, times = future.result()
+        outputs, times = result
         done = time.monotonic_ns()
-        for p in requests:
-            if p.request.trace is not None:
-                _mark_compute(p.request.trace, flight.start_ns, times)
-        self.stats.record_batch(flight.batch.size, times, len(requests))
+        stats = self.stats
+        stats.record_batch(flight.batch.size, times, len(requests))
+        name, version = self.name, self.version
         for p, out in zip(requests, outputs, strict=True):
             if p.future.done():
                 continue
+            request = p.request
+            if request.trace is not None:
+                _mark_compute(request.trace, flight.start_ns, times)
             if isinstance(out, InferaError):  # this request's own error (a python model's error response)
-                p.future.set_exception(out)
-            elif p.request.stream is not None:  # a decoupled model's request is done at its final response
-                p.future.set_result(out)
-                if self.stats.streams is not None:
-                    self.stats.streams.opened()
-                p.request.stream.when_final(functools.partial(record_stream, self.stats, p, flight.start_ns))
+                self._fail(p, out)
+                continue
+            p.future.set_result(InferenceResponse(name, version, out, request.id))
+            if request.stream is not None:  # a decoupled model's request is done at its final response
+                if stats.streams is not None:
+                    stats.streams.opened()
+                request.stream.when_final(functools.partial(record_stream, stats, p, flight.start_ns))
             else:
-                p.future.set_result(out)
-                self.stats.record_success(done - p.enqueue_ns, flight.start_ns - p.enqueue_ns, done, p.request.protocol)
+                stats.record_success(done - p.enqueue_ns, flight.start_ns - p.enqueue_ns, done, request.protocol)
+
+    def _fail(self, pending: PendingRequest, error: InferaError) -> None:
+        if not pending.future.done():
+            pending.future.set_exception(error)
+            self.stats.record_failure(time.monotonic_ns() - pending.enqueue_ns, pending.request.protocol)
 
     def _answer_timeout(self, pending: PendingRequest) -> None:
         self.stats.pending = self.queued
-        if not pending.future.done():
-            message = f"inference request for model '{self.name}' timed out in the queue"
-            pending.future.set_exception(Unavailable(message))
+        self._fail(pending, Unavailable(f"inference request for model '{self.name}' timed out in the queue"))
 
     async def stop(self) -> None:
         """Stop taking batches, wait for running ones, fail whatever is still queued."""
-        await stop_task(self._task, self._running)
+        await stop_task(self._task, set())
         self._task = None
+        await self._idle_again.wait()
         for lane in self.lanes:
             batcher = lane.batcher
             for p in batcher.expire(time.monotonic_ns() + 10**18) + batcher._candidates():
-                if not p.future.done():
-                    p.future.set_exception(Unavailable(f"model '{self.name}' version {self.version} is unloading"))
+                self._fail(p, Unavailable(f"model '{self.name}' version {self.version} is unloading"))
 
 
 # ---- shared with engine.sequence_dispatch

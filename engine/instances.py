@@ -14,6 +14,8 @@ from engine.stats import ComputeTimes
 from engine.types import InferenceRequest
 
 _STOP = object()
+# a batch's answer: (per-request outputs, ComputeTimes) and None, or None and the error it failed with
+BatchDone = Callable[[Any, BaseException | None], None]
 # a batch runs on the event loop itself, with no hand-off to the worker thread and back, when its instance is idle
 # and the CPU time of the instance's executions averages under this: about what the hand-off costs (a queue put,
 # waking the thread, the GIL passing twice, call_soon_threadsafe), measured at 50-60 µs of CPU a request on the
@@ -57,15 +59,10 @@ class ModelInstance:
 
     def call(self, fn: Callable[[], Any]) -> asyncio.Future:
         """Run `fn` on this instance's thread; the returned future resolves on the caller's loop."""
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
+        future = asyncio.get_running_loop().create_future()
         self._on_thread += 1
-        future.add_done_callback(self._thread_job_done)
-        self._jobs.put((fn, loop, future))
+        self._jobs.put((fn, None, future, None))
         return future
-
-    def _thread_job_done(self, _: asyncio.Future) -> None:
-        self._on_thread -= 1
 
     @property
     def runs_inline(self) -> bool:
@@ -73,19 +70,34 @@ class ModelInstance:
         average = self.execute_ns
         return average is not None and average < self.inline_below_ns and not self._on_thread
 
-    def execute(self, requests: list[InferenceRequest], batch_sizes: list[int]) -> asyncio.Future:
-        """Run one batch; the future gives (per-request outputs, ComputeTimes).
+    def run(self, requests: list[InferenceRequest], batch_sizes: list[int], done: BatchDone) -> bool:
+        """Run one batch and call `done(result, error)` on the event loop with (per-request outputs, ComputeTimes).
 
-        A backend may answer one request of the batch with an InferaError in place of its outputs (a python
-        model's error response); that request fails alone.
+        Inline, `done` has been called when this returns True; on the thread it is called later, from the loop,
+        with no future in between (the dispatcher's hot path). A backend may answer one request of the batch with
+        an InferaError in place of its outputs (a python model's error response); that request fails alone.
         """
-        if not self.runs_inline:
-            return self.call(lambda: self._execute(requests, batch_sizes))
+        if self.runs_inline:
+            try:
+                result = self._execute(requests, batch_sizes)
+            except Exception as exc:  # noqa: BLE001 - every failure travels back to the batch's requests
+                done(None, exc)
+            else:
+                done(result, None)
+            return True
+        self._on_thread += 1
+        self._jobs.put((self._execute, (requests, batch_sizes), done, asyncio.get_running_loop()))
+        return False
+
+    def execute(self, requests: list[InferenceRequest], batch_sizes: list[int]) -> asyncio.Future:
+        """Run one batch; the future gives (per-request outputs, ComputeTimes), as `run` passes them to `done`."""
         future = asyncio.get_running_loop().create_future()
-        try:
-            future.set_result(self._execute(requests, batch_sizes))
-        except Exception as exc:  # noqa: BLE001 - every failure travels back to the awaiting request
-            future.set_exception(exc)
+
+        def done(result: Any, error: BaseException | None) -> None:
+            if not future.done():
+                future.set_exception(error) if error is not None else future.set_result(result)
+
+        self.run(requests, batch_sizes, done)
         return future
 
     def _execute(self, requests: list[InferenceRequest], batch_sizes: list[int]):
@@ -110,13 +122,26 @@ class ModelInstance:
             job = self._jobs.get()
             if job is _STOP:
                 return
-            fn, loop, future = job
+            fn, args, target, loop = job
             try:
-                result = fn()
+                result = fn(*args) if args is not None else fn()
             except BaseException as exc:  # noqa: BLE001 - every failure travels back to the awaiting request
-                loop.call_soon_threadsafe(_set_exception, future, exc)
+                result, error = None, exc
             else:
-                loop.call_soon_threadsafe(_set_result, future, result)
+                error = None
+            if loop is None:  # call(): a future of the loop that made it
+                target.get_loop().call_soon_threadsafe(self._future_done, target, result, error)
+            else:
+                loop.call_soon_threadsafe(self._batch_done, target, result, error)
+
+    def _future_done(self, future: asyncio.Future, result: Any, error: BaseException | None) -> None:
+        self._on_thread -= 1
+        if not future.done():
+            future.set_exception(error) if error is not None else future.set_result(result)
+
+    def _batch_done(self, done: BatchDone, result: Any, error: BaseException | None) -> None:
+        self._on_thread -= 1
+        done(result, error)
 
     def stop(self) -> None:
         """Finish queued work, then end the thread (the backend is unloaded by its owner)."""
@@ -124,13 +149,3 @@ class ModelInstance:
             self._jobs.put(_STOP)
             self._thread.join(timeout=30)
             self._thread = None
-
-
-def _set_result(future: asyncio.Future, result: Any) -> None:
-    if not future.done():
-        future.set_result(result)
-
-
-def _set_exception(future: asyncio.Future, exc: BaseException) -> None:
-    if not future.done():
-        future.set_exception(exc)

@@ -16,12 +16,7 @@ from engine.config import ModelConfig
 from engine.datatypes import numpy_dtype
 from engine.errors import InvalidArgument
 from engine.protocol.tensors import array_from_binary, array_from_json, array_from_typed
-from engine.protocol.validation import (
-    check_input,
-    check_required_inputs,
-    common_batch_size,
-    input_config,
-)
+from engine.protocol.validation import check_required_inputs, checked_batch, common_batch_size, input_specs
 from engine.types import InferenceRequest, RequestedOutput
 
 if TYPE_CHECKING:
@@ -40,6 +35,7 @@ class _Source:
         return f"<input source {self.name}>"
 
 
+_NO_PARAMETERS: dict[str, Any] = {}  # read only
 RAW = _Source("raw")  # the input's little-endian bytes (gRPC raw_input_contents)
 TYPED = _Source("typed")  # (contents field name, its elements) (gRPC InferTensorContents)
 
@@ -119,14 +115,17 @@ def request_from_document(
     shared_memory: SharedMemoryRegistry | None = None,
 ) -> InferenceRequest:
     """Check and build the request a parsed document describes, for the model `config` describes."""
-    parameters = _parameters(document.get("parameters"), "request")
     request = InferenceRequest(
         model_name=model_name or config.name,
         inputs={},
         model_version=model_version,
         id=_request_id(document.get("id", "")),
     )
-    _apply_request_parameters(request, parameters)
+    parameters = document.get("parameters")
+    if parameters:  # most requests carry none
+        _apply_request_parameters(request, _parameters(parameters, "request"))
+    elif parameters is not None:
+        _parameters(parameters, "request")
     request.inputs, request.batch_size = _decode_inputs(document.get("inputs"), binary, config, shared_memory)
     if "outputs" in document:
         request.requested_outputs = _requested_outputs(document["outputs"], config, shared_memory)
@@ -218,6 +217,7 @@ def _decode_inputs(
     """Decode every input in request order, consuming the binary section as each one claims it."""
     if not isinstance(entries, list):
         raise InvalidArgument("the request must have an 'inputs' list")
+    specs = input_specs(config)
     inputs: dict[str, np.ndarray] = {}
     batches: dict[str, int] = {}
     offset = 0
@@ -225,8 +225,13 @@ def _decode_inputs(
         name, datatype, shape, parameters = _input_header(entry)
         if name in inputs:
             raise InvalidArgument(f"input '{name}' appears more than once in the request")
-        tensor = input_config(config, name)
-        batches[name] = check_input(config, tensor, datatype, shape)
+        spec = specs.get(name)
+        if spec is None:
+            raise InvalidArgument(f"unexpected inference input '{name}' for model '{config.name}'")
+        batches[name] = checked_batch(spec, datatype, shape)
+        if not parameters and "data" in entry and RAW not in entry and TYPED not in entry:
+            inputs[name] = array_from_json(name, datatype, shape, entry["data"])  # the usual JSON input
+            continue
         size = parameters.get("binary_data_size")
         if "shared_memory_region" in parameters:
             if "data" in entry or size is not None or RAW in entry or TYPED in entry:
@@ -256,25 +261,35 @@ def _decode_inputs(
         inputs[name] = array  # in the config's dims; the backend applies any `reshape`
     if offset != len(binary):
         raise InvalidArgument(f"the body has {len(binary) - offset} bytes of binary data no input claims")
-    check_required_inputs(config, inputs)
-    batch = common_batch_size(config, batches) if config.max_batch_size > 0 else 1
-    return inputs, batch
+    if len(inputs) != len(specs):
+        check_required_inputs(config, inputs)
+    if config.max_batch_size <= 0:
+        return inputs, 1
+    if len(batches) == 1:
+        return inputs, next(iter(batches.values()))
+    return inputs, common_batch_size(config, batches)
 
 
 def _input_header(entry: Any) -> tuple[str, str, list[int], dict[str, Any]]:
     """Name, datatype, shape and parameters of one `inputs` entry, type-checked."""
-    if not isinstance(entry, dict):
+    if type(entry) is not dict:
         raise InvalidArgument("each entry of 'inputs' must be a JSON object")
     name = entry.get("name")
-    if not isinstance(name, str):
+    if type(name) is not str:
         raise InvalidArgument("each input needs a 'name' string")
     datatype = entry.get("datatype")
-    if not isinstance(datatype, str):
+    if type(datatype) is not str:
         raise InvalidArgument(f"input '{name}' needs a 'datatype' string")
     shape = entry.get("shape")
-    if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
+    if type(shape) is not list:
         raise InvalidArgument(f"input '{name}' needs a 'shape' list of non-negative integers")
-    return name, datatype, shape, _parameters(entry.get("parameters"), f"input '{name}'")
+    for d in shape:  # `type(d) is int` refuses booleans, which are ints to isinstance
+        if type(d) is not int or d < 0:
+            raise InvalidArgument(f"input '{name}' needs a 'shape' list of non-negative integers")
+    parameters = entry.get("parameters")
+    if parameters is None:
+        return name, datatype, shape, _NO_PARAMETERS
+    return name, datatype, shape, _parameters(parameters, f"input '{name}'")
 
 
 def _requested_outputs(

@@ -2,11 +2,71 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from dataclasses import dataclass
+
 import numpy as np
 
 from engine.config import ModelConfig, TensorConfig
 from engine.errors import InvalidArgument
 from engine.protocol.tensors import shape_text
+
+# configs whose input specs are remembered (a server serves a few versions; a config is resolved once at load)
+SPEC_CACHE_SIZE = 256
+
+
+@dataclass(frozen=True, slots=True)
+class InputSpec:
+    """What one input of a config accepts, worked out once per config instead of once per request."""
+
+    tensor: TensorConfig
+    datatype: str
+    expected: tuple[int, ...]  # the shape a client must send, -1 where any size goes
+    max_batch_size: int  # 0 when the model does not batch
+    model: str
+
+
+_specs: OrderedDict[int, tuple[ModelConfig, dict[str, InputSpec]]] = OrderedDict()
+
+
+def input_specs(config: ModelConfig) -> dict[str, InputSpec]:
+    """The config's inputs by name, remembered per config object (held here, so its id is not reused)."""
+    key = id(config)
+    cached = _specs.get(key)
+    if cached is not None and cached[0] is config:
+        return cached[1]
+    specs = {
+        t.name: InputSpec(t, t.datatype, tuple(expected_shape(config, t)), max(config.max_batch_size, 0), config.name)
+        for t in config.input
+    }
+    _specs[key] = (config, specs)
+    if len(_specs) > SPEC_CACHE_SIZE:
+        _specs.popitem(last=False)
+    return specs
+
+
+def checked_batch(spec: InputSpec, datatype: str, shape: list[int]) -> int:
+    """check_input over a precomputed spec: the same checks and messages, without rebuilding the expected shape."""
+    if datatype != spec.datatype:
+        raise InvalidArgument(f"input '{spec.tensor.name}' expects datatype {spec.datatype}, got {datatype}")
+    expected = spec.expected
+    if len(shape) != len(expected):
+        raise _shape_error(spec, shape)
+    for e, s in zip(expected, shape, strict=True):
+        if e != -1 and e != s:
+            raise _shape_error(spec, shape)
+    if not spec.max_batch_size:
+        return 1
+    batch = shape[0]
+    if batch > spec.max_batch_size or batch < 1:
+        check_batch(spec.tensor.name, batch, spec.max_batch_size, spec.model)
+    return batch
+
+
+def _shape_error(spec: InputSpec, shape: list[int]) -> InvalidArgument:
+    return InvalidArgument(
+        f"input '{spec.tensor.name}' expects shape {shape_text(list(spec.expected))}, got {shape_text(shape)}"
+    )
 
 
 def input_config(config: ModelConfig, name: str) -> TensorConfig:
@@ -32,14 +92,18 @@ def check_input(config: ModelConfig, tensor: TensorConfig, datatype: str, shape:
     if config.max_batch_size <= 0:
         return 1
     batch = shape[0]
-    if batch > config.max_batch_size:
+    check_batch(tensor.name, batch, config.max_batch_size, config.name)
+    return batch
+
+
+def check_batch(name: str, batch: int, max_batch_size: int, model: str) -> None:
+    """A batch within 1..max_batch_size."""
+    if batch > max_batch_size:
         raise InvalidArgument(
-            f"input '{tensor.name}' has batch size {batch}, above max_batch_size "
-            f"{config.max_batch_size} of model '{config.name}'"
+            f"input '{name}' has batch size {batch}, above max_batch_size {max_batch_size} of model '{model}'"
         )
     if batch < 1:
-        raise InvalidArgument(f"input '{tensor.name}' has batch size 0; it must be at least 1")
-    return batch
+        raise InvalidArgument(f"input '{name}' has batch size 0; it must be at least 1")
 
 
 def check_required_inputs(config: ModelConfig, given: dict[str, np.ndarray]) -> None:

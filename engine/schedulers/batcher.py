@@ -5,6 +5,9 @@ maximum or a preferred size; otherwise the oldest request may wait up to `max_qu
 more company, and then the largest preferred size that can be formed (or everything) goes. Only requests
 whose non-batch dimensions agree share a batch. Without `dynamic_batching` each request runs alone (the
 default scheduler).
+
+`next_batch(now, limit)` may cap a batch below `max_batch_size` (the dispatcher shares a queue among several idle
+instances that way); a batch that reaches its cap goes at once, like a full one.
 """
 
 from __future__ import annotations
@@ -64,12 +67,22 @@ class DynamicBatcher:
             policy = (db.priority_queue_policy.get(level) if db else None) or (db.default_queue_policy if db else None)
             self.policies[level] = policy or QueuePolicy()
         self.queues: dict[int, deque[PendingRequest]] = {level: deque() for level in self.policies}
-        self.size = 0
+        self.size = 0  # requests queued
+        self.inferences = 0  # their batch sizes added up
         # without timeouts only callers that gave up can expire; they are dropped when a batch is taken
         self.timeouts = any(p.default_timeout_microseconds or p.allow_timeout_override for p in self.policies.values())
+        # every request's non-batch shape is the config's (no variable dimension, no optional input): one shape key
+        self.uniform = self.batching and all(-1 not in t.dims and not t.optional for t in config.input)
+        # one queue, one shape, no preferred sizes: a batch is the queue's head, found without building lists
+        self._plain = self.uniform and len(self.queues) == 1 and not self.preferred
+        self._queue = self.queues[1] if self._plain else None
 
     def __len__(self) -> int:
         return self.size
+
+    def key_of(self, request: InferenceRequest) -> tuple:
+        """The shape key of a request for this model (see shape_key), () for all when the config fixes shapes."""
+        return () if self.uniform else shape_key(request, self.batching)
 
     def level_of(self, request: InferenceRequest) -> int:
         """The priority queue a request goes to (1 is the highest; 0 means the default level)."""
@@ -92,6 +105,7 @@ class DynamicBatcher:
         pending.enqueue_ns = pending.enqueue_ns or now_ns
         queue.append(pending)
         self.size += 1
+        self.inferences += pending.request.batch_size
 
     def expire(self, now_ns: int) -> list[PendingRequest]:
         """Remove and return requests whose queue timeout passed (REJECT policy) or whose caller gave up."""
@@ -110,6 +124,9 @@ class DynamicBatcher:
                     keep.append(p)
             self.queues[level] = keep
         self.size -= len(expired)
+        self.inferences -= sum(p.request.batch_size for p in expired)
+        if self._plain:
+            self._queue = self.queues[1]
         return expired
 
     def _candidates(self) -> list[PendingRequest]:
@@ -120,13 +137,23 @@ class DynamicBatcher:
             if any(p.future.done() for p in queue):
                 live = deque(p for p in queue if not p.future.done())
                 self.size -= len(queue) - len(live)
+                self.inferences -= sum(p.request.batch_size for p in queue) - sum(p.request.batch_size for p in live)
                 self.queues[level] = queue = live
+                if self._plain:
+                    self._queue = queue
             ordered.extend(queue)
         return ordered
 
-    def next_batch(self, now_ns: int) -> Batch | None:
-        """The batch to send now, or None to wait (until `next_deadline`, or for more requests)."""
-        candidates = self._candidates() if self.size else []
+    def next_batch(self, now_ns: int, limit: int = 0) -> Batch | None:
+        """The batch to send now, or None to wait (until `next_deadline`, or for more requests).
+
+        `limit` (when positive) caps the batch's inferences below `max_batch_size`."""
+        if not self.size:
+            return None
+        cap = min(limit, self.max_batch_size) if limit > 0 else self.max_batch_size
+        if self._plain:
+            return self._next_plain(now_ns, cap)
+        candidates = self._candidates()
         if not candidates:
             return None
         head = candidates[0]
@@ -138,7 +165,7 @@ class DynamicBatcher:
         for p in candidates:
             if p.shape_key != head.shape_key:
                 continue
-            if total + p.batch_size > self.max_batch_size:
+            if total + p.batch_size > cap:
                 if total == 0:  # a request that alone exceeds the limit was rejected at validation
                     chosen.append(p)
                 break
@@ -146,7 +173,7 @@ class DynamicBatcher:
             total += p.batch_size
             sizes_at.append(total)
         at_preferred = any(s in self.preferred for s in sizes_at)
-        if total < self.max_batch_size and not at_preferred and now_ns - head.enqueue_ns < self.delay_ns:
+        if total < cap and not at_preferred and now_ns - head.enqueue_ns < self.delay_ns:
             return None
         if self.preferred:
             best = max((s for s in sizes_at if s in self.preferred), default=0)
@@ -154,11 +181,54 @@ class DynamicBatcher:
                 return self._take(chosen[: sizes_at.index(best) + 1])
         return self._take(chosen)
 
+    def _next_plain(self, now_ns: int, cap: int) -> Batch | None:
+        """next_batch for one queue of one shape: the head's requests up to `cap`, callers who gave up dropped."""
+        queue = self._queue
+        chosen: list[PendingRequest] = []
+        total = 0
+        for p in queue:
+            if p.future.done():
+                continue
+            size = p.request.batch_size
+            if total + size > cap and chosen:
+                break
+            chosen.append(p)
+            total += size
+            if total >= cap:
+                break
+        if not chosen:
+            self._drop_abandoned(len(queue))
+            return None
+        if total < cap and now_ns - chosen[0].enqueue_ns < self.delay_ns:
+            return None
+        taken = 0
+        popleft = queue.popleft
+        while taken < len(chosen):  # chosen is the queue's head, save callers who gave up in between
+            p = popleft()
+            if p is chosen[taken]:
+                taken += 1
+            else:
+                self.size -= 1
+                self.inferences -= p.request.batch_size
+        self.size -= taken
+        self.inferences -= total
+        return Batch(requests=chosen, size=total)
+
+    def _drop_abandoned(self, count: int) -> None:
+        queue = self._queue
+        for _ in range(count):
+            p = queue.popleft()
+            self.size -= 1
+            self.inferences -= p.request.batch_size
+
     def next_deadline(self) -> int | None:
         """When the oldest request's delay expires (monotonic ns), if the batcher is waiting on a delay."""
         if not self.size or not self.batching or not self.delay_ns:
             return None
-        head = self._candidates()[0]
+        candidates = self._candidates()
+        if not candidates:
+            return None
+        head = candidates[0]
         deadline = head.enqueue_ns + self.delay_ns
         timeouts = [p.deadline_ns for q in self.queues.values() for p in q if p.deadline_ns]
         return min([deadline, *timeouts])
@@ -176,5 +246,7 @@ class DynamicBatcher:
             for level, queue in self.queues.items():
                 if any(id(p) in ids for p in queue):
                     self.queues[level] = deque(p for p in queue if id(p) not in ids)
+        size = sum(p.request.batch_size for p in chosen)
         self.size -= count
-        return Batch(requests=chosen, size=sum(p.request.batch_size for p in chosen))
+        self.inferences -= size
+        return Batch(requests=chosen, size=size)

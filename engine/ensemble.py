@@ -4,7 +4,7 @@
 cycle, every output produced) and against the composing models' configs (loaded, types and shapes that can
 match, batch sizes); `EnsembleDispatcher` runs one request: a step starts as soon as all its inputs exist, so
 independent branches run at once, and each step is an ordinary request to its model, batched there with
-everyone else's.
+everyone else's. Decoupled steps make the ensemble stream, as in Triton (engine.ensemble_streams).
 """
 
 from __future__ import annotations
@@ -17,12 +17,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.config import ModelConfig, TensorConfig
+from engine.ensemble_streams import Labels, StreamedEnsemble, label_steps
 from engine.errors import BackendError, InferaError, InvalidArgument
 from engine.stats import ModelStats
+from engine.streams import ResponseStream
 from engine.types import InferenceRequest, InferenceResponse
 
 Infer = Callable[[InferenceRequest], Awaitable[InferenceResponse]]
+InferStream = Callable[[InferenceRequest], Awaitable[ResponseStream]]
 ConfigOf = Callable[[str, int | None], ModelConfig]
+StepRunner = Callable[["EnsembleStep", InferenceRequest, dict[str, np.ndarray]], Awaitable[dict[str, np.ndarray]]]
 
 
 @dataclass(frozen=True)
@@ -124,7 +128,26 @@ class EnsemblePlan:
         for output in self.config.output:
             if clash := _clash(types[output.name], output):
                 return f"{prefix}: ensemble output '{output.name}' {clash}"
-        return None
+        labels = label_steps(self, self.decoupled_steps(config_of))
+        return labels if isinstance(labels, str) else None
+
+    def decoupled_steps(self, config_of: ConfigOf) -> set[int]:
+        """The steps whose model is decoupled (among those loaded now)."""
+        found = set()
+        for step in self.steps:
+            try:
+                config = config_of(step.model_name, step.model_version if step.model_version > 0 else None)
+            except InferaError:
+                continue
+            if config.decoupled:
+                found.add(step.index)
+        return found
+
+    def labels(self, config_of: ConfigOf) -> Labels | None:
+        """Where each step's inputs come from when some step is decoupled (the ensemble then streams), else None."""
+        decoupled = self.decoupled_steps(config_of)
+        labels = label_steps(self, decoupled) if decoupled else None
+        return labels if isinstance(labels, Labels) else None
 
     def _order(self, prefix: str) -> list[EnsembleStep]:
         """The steps in an order where each runs after the steps producing its inputs; InvalidArgument on a cycle."""
@@ -143,6 +166,13 @@ class EnsemblePlan:
         return order
 
 
+def _collect(step: EnsembleStep, outputs: dict[str, np.ndarray], tensors: dict[str, np.ndarray]) -> None:
+    """A step's outputs under their ensemble names (a decoupled step's go to scopes of their own instead)."""
+    for model_output, tensor in step.output_map.items():
+        if model_output in outputs:
+            tensors[tensor] = outputs[model_output]
+
+
 def _clash(given: TensorConfig, wanted: TensorConfig) -> str | None:
     """Why a tensor of `given`'s type and dims cannot feed one declared as `wanted`, or None."""
     if given.data_type != wanted.data_type:
@@ -154,16 +184,30 @@ def _clash(given: TensorConfig, wanted: TensorConfig) -> str | None:
 
 
 class EnsembleDispatcher:
-    """Runs an ensemble's requests: each step an ordinary request to its model, steps at once where they can."""
+    """Runs an ensemble's requests: each step an ordinary request to its model, steps at once where they can.
 
-    def __init__(self, plan: EnsemblePlan, version: int, infer: Infer, stats: ModelStats) -> None:
+    With `labels` (some step is decoupled, engine.ensemble_streams) a request is a stream: the ensemble answers
+    once per complete set of outputs, each decoupled step's every response running the steps after it."""
+
+    def __init__(
+        self,
+        plan: EnsemblePlan,
+        version: int,
+        infer: Infer,
+        stats: ModelStats,
+        infer_stream: InferStream | None = None,
+        labels: Labels | None = None,
+    ) -> None:
         self.plan = plan
         self.name = plan.name
         self.version = version
         self.infer = infer
+        self.infer_stream = infer_stream
+        self.labels = labels
         self.stats = stats
         self.queued = 0
         self.step_seconds: list[tuple[int, float, float]] = []  # (step, start, end) of recent runs, for tests
+        self._streaming: set[asyncio.Task] = set()
 
     def start(self) -> None:
         """Nothing to start: steps run on their models' own schedulers."""
@@ -172,9 +216,15 @@ class EnsembleDispatcher:
         """Nothing to stop: an ensemble's requests finish on their models."""
 
     async def submit(self, request: InferenceRequest) -> InferenceResponse:
+        if self.labels is not None and request.stream is not None:
+            # the responses go to the request's stream as they are made; this answer says only that it started
+            task = asyncio.ensure_future(StreamedEnsemble(self, request, self.labels).run())
+            self._streaming.add(task)
+            task.add_done_callback(self._streaming.discard)
+            return InferenceResponse(model_name=self.name, model_version=self.version, outputs={}, id=request.id)
         started = time.monotonic_ns()
         try:
-            tensors = await self._run(request)
+            tensors = await self.run_steps(request, dict(request.inputs), self.plan.steps, self.call_step)
         except InferaError:
             self.stats.record_failure(time.monotonic_ns() - started, request.protocol)
             raise
@@ -185,9 +235,15 @@ class EnsembleDispatcher:
         self.stats.execution_count += 1
         return InferenceResponse(model_name=self.name, model_version=self.version, outputs=outputs, id=request.id)
 
-    async def _run(self, request: InferenceRequest) -> dict[str, np.ndarray]:
-        tensors: dict[str, np.ndarray] = dict(request.inputs)
-        waiting = list(self.plan.steps)
+    async def run_steps(
+        self,
+        request: InferenceRequest,
+        tensors: dict[str, np.ndarray],
+        steps: list[EnsembleStep],
+        run_step: StepRunner,
+    ) -> dict[str, np.ndarray]:
+        """Run `steps`, each once its inputs are in `tensors` (which collects their outputs), branches at once."""
+        waiting = list(steps)
         running: dict[asyncio.Task, EnsembleStep] = {}
         try:
             while waiting or running:
@@ -196,31 +252,29 @@ class EnsembleDispatcher:
                     # a chain: the one step that can run is awaited directly, without a task to schedule
                     step = ready[0]
                     waiting.remove(step)
-                    outputs = await self._step(step, request, tensors)
-                    for model_output, tensor in step.output_map.items():
-                        tensors[tensor] = outputs[model_output]
+                    outputs = await run_step(step, request, tensors)
+                    _collect(step, outputs, tensors)
                     continue
                 for step in ready:
                     waiting.remove(step)
-                    task = asyncio.ensure_future(self._step(step, request, tensors))
+                    task = asyncio.ensure_future(run_step(step, request, tensors))
                     running[task] = step
                 if not running:
                     raise InvalidArgument(f"ensemble '{self.name}': no step can run with the given inputs")
                 done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
                     step = running.pop(task)
-                    outputs = task.result()
-                    for model_output, tensor in step.output_map.items():
-                        tensors[tensor] = outputs[model_output]
+                    _collect(step, task.result(), tensors)
         finally:
             for task in running:
                 task.cancel()
         return tensors
 
-    async def _step(
+    def step_request(
         self, step: EnsembleStep, request: InferenceRequest, tensors: dict[str, np.ndarray]
-    ) -> dict[str, np.ndarray]:
-        step_request = InferenceRequest(
+    ) -> InferenceRequest:
+        """The ordinary request a step makes to its model."""
+        return InferenceRequest(
             model_name=step.model_name,
             inputs={model_input: tensors[tensor] for model_input, tensor in step.input_map.items()},
             model_version=step.model_version if step.model_version > 0 else None,
@@ -231,16 +285,27 @@ class EnsembleDispatcher:
             batch_size=request.batch_size,
             protocol="ensemble",
         )
+
+    async def call_step(
+        self, step: EnsembleStep, request: InferenceRequest, tensors: dict[str, np.ndarray]
+    ) -> dict[str, np.ndarray]:
         began = time.monotonic()
         try:
-            response = await self.infer(step_request)
+            response = await self.infer(self.step_request(step, request, tensors))
         except InferaError as exc:
-            raise type(exc)(f"in ensemble '{self.name}', {step.label}: {exc.message}") from None
+            raise self.step_error(step, exc) from None
         self._remember(step.index, began, time.monotonic())
-        missing = [name for name in step.output_map if name not in response.outputs]
+        self.check_outputs(step, response.outputs)
+        return response.outputs
+
+    def step_error(self, step: EnsembleStep, exc: InferaError) -> InferaError:
+        """`exc` as the ensemble's error, naming the step."""
+        return type(exc)(f"in ensemble '{self.name}', {step.label}: {exc.message}")
+
+    def check_outputs(self, step: EnsembleStep, outputs: dict[str, np.ndarray]) -> None:
+        missing = [name for name in step.output_map if name not in outputs]
         if missing:
             raise BackendError(f"in ensemble '{self.name}', {step.label}: the model gave no output '{missing[0]}'")
-        return response.outputs
 
     def _remember(self, index: int, began: float, ended: float) -> None:
         self.step_seconds.append((index, began, ended))

@@ -211,8 +211,18 @@ class ServedVersion:
         problem = plan.problem(services.config_of)
         if problem is not None:
             raise LoadError(problem)
-        self.dispatcher = EnsembleDispatcher(plan, self.version, services.infer, self.stats)
+        self.dispatcher = EnsembleDispatcher(plan, self.version, services.infer, self.stats, services.infer_stream)
+        self._stream_if_decoupled(services)
         self.state = ModelState.READY
+
+    def _stream_if_decoupled(self, services: Any) -> None:
+        """An ensemble with a decoupled step is decoupled itself (Triton sets its transaction policy so)."""
+        assert isinstance(self.dispatcher, EnsembleDispatcher)
+        labels = self.dispatcher.plan.labels(services.config_of)
+        self.dispatcher.labels = labels
+        self.config.decoupled = labels is not None
+        if labels is not None and self.stats.streams is None:
+            self.stats.streams = StreamStats()
 
     def recheck_ensemble(self, services: Any) -> None:
         """An ensemble whose composing models changed: UNAVAILABLE with the reason, or READY again."""
@@ -223,6 +233,7 @@ class ServedVersion:
             return
         problem = self.dispatcher.plan.problem(services.config_of)
         if problem is None:
+            self._stream_if_decoupled(services)
             self.state, self.reason = ModelState.READY, ""
         else:
             self.state, self.reason = ModelState.UNAVAILABLE, problem

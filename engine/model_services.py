@@ -69,6 +69,11 @@ class ModelServices:
         return self._infer
 
     @property
+    def infer_stream(self) -> Callable[[InferenceRequest], Awaitable[ResponseStream]] | None:
+        """The server's streamed inference (ensembles whose steps are decoupled)."""
+        return self._infer_stream
+
+    @property
     def config_of(self) -> Callable[[str, int | None], ModelConfig]:
         """The config a loaded model serves with (ModelNotFound/Unavailable when it serves none)."""
         return self._config_of

@@ -122,6 +122,58 @@ parameters { key: "openai_text_output" value { string_value: "text_output" } }
 """
 
 
+PLUS_ONE = textwrap.dedent(
+    """
+    import triton_python_backend_utils as pb_utils
+
+
+    class TritonPythonModel:
+        def execute(self, requests):
+            return [
+                pb_utils.InferenceResponse(
+                    [pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(request, "X").as_numpy() + 1)]
+                )
+                for request in requests
+            ]
+    """
+)
+
+
+def ensemble_config(name: str, second: str, second_inputs: str, extra_input: str = "") -> str:
+    """repeat's every element through a second model: RESULT and its INDEX per response."""
+    return textwrap.dedent(
+        f"""\
+        name: "{name}"
+        platform: "ensemble"
+        max_batch_size: 0
+        input [ {{ name: "IN" data_type: TYPE_INT32 dims: [ -1 ] }} ]
+        {extra_input}
+        output [
+          {{ name: "RESULT" data_type: TYPE_INT32 dims: [ 1 ] }},
+          {{ name: "INDEX" data_type: TYPE_UINT32 dims: [ 1 ] }}
+        ]
+        ensemble_scheduling {{ step [
+          {{ model_name: "repeat" model_version: -1 input_map {{ key: "IN" value: "IN" }}
+            output_map {{ key: "OUT" value: "ELEMENT" }} output_map {{ key: "IDX" value: "INDEX" }} }},
+          {{ model_name: "{second}" model_version: -1 {second_inputs}
+            output_map {{ key: "Y" value: "RESULT" }} }}
+        ] }}
+        """
+    )
+
+
+def make_decoupled_ensemble(repo: Path, extra_config: str = "") -> Path:
+    """`plus_one` and `each_plus_one`, an ensemble of repeat then plus_one (repeat must be in the repository)."""
+    config = python_config("plus_one", [("X", "TYPE_INT32", [1])], [("Y", "TYPE_INT32", [1])], max_batch_size=0)
+    make_python_model(repo, "plus_one", PLUS_ONE, config, extra_config=extra_config)
+    folder = repo / "each_plus_one"
+    (folder / "1").mkdir(parents=True)
+    (folder / "config.pbtxt").write_text(
+        ensemble_config("each_plus_one", "plus_one", 'input_map { key: "X" value: "ELEMENT" }')
+    )
+    return folder
+
+
 def repeat_config(name: str) -> ModelConfig:
     """IN [-1] -> OUT [1], IDX [1], no batching (the decoupled policy is written beside it: DECOUPLED)."""
     return python_config(

@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.engine.decoupled_models import build_decoupled_repository
+from tests.engine.decoupled_models import build_decoupled_repository, make_decoupled_ensemble
 from tests.engine.frontend.server_process import running_server
 from tests.engine.model_factory import make_simple_onnx, make_simple_string
 
@@ -21,6 +21,7 @@ from tests.engine.model_factory import make_simple_onnx, make_simple_string
 @pytest.fixture(scope="module")
 def url(tmp_path_factory):
     repo = build_decoupled_repository(tmp_path_factory.mktemp("generate-repo"))
+    make_decoupled_ensemble(repo)  # repeat, then plus_one on each of its responses
     make_simple_onnx(repo, "simple")
     make_simple_string(repo, "simple_string")
     log = tmp_path_factory.mktemp("generate-logs") / "uvicorn.log"
@@ -59,6 +60,15 @@ def test_it_streams_one_event_per_response(url, model, count):
     assert [event["OUT"] for event in received] == values
     assert [event["IDX"] for event in received] == list(range(count))
     assert all(event["model_name"] == model and event["model_version"] == "1" for event in received)
+
+
+def test_an_ensemble_with_a_decoupled_step_streams_an_event_per_response(url):
+    status, _, received = asyncio.run(events(url, "/v2/models/each_plus_one/generate_stream", {"IN": [10, 20, 30]}))
+    assert status == 200
+    assert sorted((event["INDEX"], event["RESULT"]) for event in received) == [(0, 11), (1, 21), (2, 31)]
+    body = {"inputs": [{"name": "IN", "datatype": "INT32", "shape": [1], "data": [1]}]}
+    status, answer = post(url, "/v2/models/each_plus_one/infer", body)
+    assert status == 400 and "decoupled" in answer["error"]
 
 
 def test_it_sends_the_error_as_the_last_event(url):

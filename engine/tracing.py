@@ -97,6 +97,7 @@ class Tracer:
         self._written: dict[str, list[Trace]] = {}  # trace file -> every trace (log_frequency 0)
         self._file_index: dict[str, int] = {}
         self._lock = threading.Lock()
+        self._any_level = False  # whether any settings (global or a model's) name a level other than OFF
 
     # ---- settings
 
@@ -120,12 +121,16 @@ class Tracer:
             if "trace_count" in checked or "trace_level" in checked:
                 count = target.values.get("trace_count", self._global.values["trace_count"])
                 target.remaining = int(count)
+            every = [self._global, *self._models.values()]
+            self._any_level = any(s.values.get("trace_level", ["OFF"]) != ["OFF"] for s in every)
         return self.settings(model)
 
     # ---- tracing
 
     def start(self, model: str, version: int) -> Trace | None:
-        """A Trace when this request is to be traced, else None (the common, cheap case)."""
+        """A Trace when this request is to be traced, else None (the common, cheap case: no lock, no merge)."""
+        if not self._any_level:
+            return None
         with self._lock:
             own = self._models.get(model)
             values = dict(self._global.values, **(own.values if own else {}))

@@ -79,33 +79,35 @@ class V2App:
         if route is None:
             await send_reply(send, Reply(404, error_body("Not Found")))
             return
-        if not route.allows(scope["method"]):
+        method = scope["method"]
+        if not route.allows(method):
             allowed = route.method.replace(",", " or ")
-            reply = Reply(405, error_body(f"method {scope['method']} is not allowed; use {allowed}"))
+            reply = Reply(405, error_body(f"method {method} is not allowed; use {allowed}"))
             reply.headers.append((b"allow", route.method.replace(",", ", ").encode()))
             await send_reply(send, reply)
             return
         try:
-            if scope["method"] == "POST":
-                check_same_origin(scope, self.trusted_origins)
-            principal = self.anonymous
-            if self.authenticate is not None and route.endpoint not in HEALTH_ENDPOINTS:
-                principal = await self.authenticate(scope)
-            if route.endpoint in REPOSITORY_CHANGES:
-                check_repository_content_type(scope)
-                if not principal.may_change_models:
-                    raise may_not_change(principal, route.model or "")
             incoming = Incoming(
                 route=route,
                 body=b"",
                 max_body_bytes=self.max_body_bytes,
                 repository_control=self.repository_control,
                 scope=scope,
-                principal=principal,
-                method=scope["method"],
+                principal=self.anonymous,
+                method=method,
             )
-            _read_headers(scope, incoming, self.max_body_bytes)
-            if scope["method"] == "POST":
+            declared, from_browser = _read_headers(scope, incoming)
+            if method == "POST" and from_browser:  # Triton's clients send neither Origin nor Sec-Fetch-Site
+                check_same_origin(scope, self.trusted_origins)
+            if self.authenticate is not None and route.endpoint not in HEALTH_ENDPOINTS:
+                incoming.principal = await self.authenticate(scope)
+            if route.endpoint in REPOSITORY_CHANGES:
+                check_repository_content_type(scope)
+                if not incoming.principal.may_change_models:
+                    raise may_not_change(incoming.principal, route.model or "")
+            if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
+                raise _too_large(self.max_body_bytes)  # refused before a byte of the body is read
+            if method == "POST":
                 incoming.body = await read_body(receive, self.max_body_bytes)
             handler = SYNC_HANDLERS.get(route.endpoint)
             if handler is not None:
@@ -127,18 +129,27 @@ class V2App:
             await send_reply(send, reply)
 
 
-def _read_headers(scope: Scope, incoming: Incoming, max_body_bytes: int) -> None:
-    """Pick the headers the protocol uses; refuse a declared body over the limit before reading it."""
+def _read_headers(scope: Scope, incoming: Incoming) -> tuple[bytes | None, bool]:
+    """Pick the headers the protocol uses in one pass; return the declared Content-Length and whether a browser
+    sent the request (an Origin or Sec-Fetch-Site header, which the cross-site check reads)."""
+    declared = None
+    from_browser = False
     for name, value in scope["headers"]:
         if name == b"content-length":
-            if value.isdigit() and int(value) > max_body_bytes:
-                raise _too_large(max_body_bytes)
+            declared = value
+        elif name == b"inference-header-content-length":
+            incoming.header_length = value
         elif name == b"content-encoding":
             incoming.content_encoding = value.decode("latin-1")
         elif name == b"accept-encoding":
             incoming.accept_encoding = value.decode("latin-1")
-        elif name == b"inference-header-content-length":
-            incoming.header_length = value
+        elif name in _BROWSER_HEADERS:
+            from_browser = True
+    return declared, from_browser
+
+
+# ASGI servers lowercase header names; the cross-site check also lowercases them, so either spelling counts here
+_BROWSER_HEADERS = frozenset({b"origin", b"sec-fetch-site", b"Origin", b"Sec-Fetch-Site"})
 
 
 async def read_body(receive: Receive, max_body_bytes: int) -> bytes:
@@ -168,11 +179,9 @@ def _too_large(limit: int) -> PayloadTooLarge:
 
 
 async def send_reply(send: Send, reply: Reply) -> None:
-    headers = [
-        (b"content-type", reply.content_type),
-        (b"content-length", str(len(reply.body)).encode()),
-        *reply.headers,
-    ]
+    headers = [(b"content-type", reply.content_type), (b"content-length", b"%d" % len(reply.body))]
+    if reply.headers:
+        headers += reply.headers
     await send({"type": "http.response.start", "status": reply.status, "headers": headers})
     await send({"type": "http.response.body", "body": reply.body})
 

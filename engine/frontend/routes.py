@@ -28,7 +28,7 @@ class Route:
     version: str | None = None
 
     def allows(self, method: str) -> bool:
-        return method in self.method.split(",")
+        return method == self.method or method in self.method.split(",")
 
 
 # paths up to this long are resolved once and remembered (a server sees a few paths per model, again and again)

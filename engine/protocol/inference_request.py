@@ -265,8 +265,10 @@ def _decode_inputs(
         check_required_inputs(config, inputs)
     if config.max_batch_size <= 0:
         return inputs, 1
-    if len(batches) == 1:
-        return inputs, next(iter(batches.values()))
+    sizes = iter(batches.values())
+    first = next(sizes, 1)
+    if all(size == first for size in sizes):
+        return inputs, first
     return inputs, common_batch_size(config, batches)
 
 

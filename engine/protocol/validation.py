@@ -24,6 +24,7 @@ class InputSpec:
     expected: tuple[int, ...]  # the shape a client must send, -1 where any size goes
     max_batch_size: int  # 0 when the model does not batch
     model: str
+    fixed: list[int] | None  # the expected shape after any batch dimension, when none of it is -1
 
 
 _specs: OrderedDict[int, tuple[ModelConfig, dict[str, InputSpec]]] = OrderedDict()
@@ -35,10 +36,13 @@ def input_specs(config: ModelConfig) -> dict[str, InputSpec]:
     cached = _specs.get(key)
     if cached is not None and cached[0] is config:
         return cached[1]
-    specs = {
-        t.name: InputSpec(t, t.datatype, tuple(expected_shape(config, t)), max(config.max_batch_size, 0), config.name)
-        for t in config.input
-    }
+    batching = config.max_batch_size > 0
+    specs = {}
+    for t in config.input:
+        expected = tuple(expected_shape(config, t))
+        tail = list(expected[1:] if batching else expected)
+        fixed = None if -1 in tail else tail
+        specs[t.name] = InputSpec(t, t.datatype, expected, max(config.max_batch_size, 0), config.name, fixed)
     _specs[key] = (config, specs)
     if len(_specs) > SPEC_CACHE_SIZE:
         _specs.popitem(last=False)
@@ -52,9 +56,13 @@ def checked_batch(spec: InputSpec, datatype: str, shape: list[int]) -> int:
     expected = spec.expected
     if len(shape) != len(expected):
         raise _shape_error(spec, shape)
-    for e, s in zip(expected, shape, strict=True):
-        if e != -1 and e != s:
+    if spec.fixed is not None:  # one list comparison instead of a loop over the dimensions
+        if (shape[1:] if spec.max_batch_size else shape) != spec.fixed:
             raise _shape_error(spec, shape)
+    else:
+        for e, s in zip(expected, shape, strict=True):
+            if e != -1 and e != s:
+                raise _shape_error(spec, shape)
     if not spec.max_batch_size:
         return 1
     batch = shape[0]

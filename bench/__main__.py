@@ -34,7 +34,7 @@ from bench.wrk import WRK, WrkScripts
 
 RESULTS = ROOT / "bench" / "results"
 HTTP_TARGETS = ("echo-uvicorn", "echo-daphne", "infera-uvicorn", "infera-daphne", "mlserver")
-DEFAULT_TARGETS = ("echo-uvicorn", "infera-uvicorn", "infera-daphne", "mlserver")
+DEFAULT_TARGETS = ("echo-uvicorn", "echo-daphne", "infera-uvicorn", "infera-daphne", "mlserver")
 SECTIONS = ("direct", "http", "grpc", "engine", "hotswap", "dashboards", "python", "sequences", "ensemble", "traffic")
 
 
@@ -64,7 +64,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=0,
         help="MLServer parallel_workers; 0 (inference in its server process) beat its default of 1 on 2 cores",
     )
-    parser.add_argument("--queue-delay-us", type=int, default=None, help="the MLPs' max_queue_delay_microseconds")
+    parser.add_argument(
+        "--queue-delay-us",
+        type=int,
+        default=None,
+        help="the MLPs' max_queue_delay_microseconds; MLServer's max_batch_time is always the same window",
+    )
     parser.add_argument("--engine-model", default="mlp_medium", help="model of the in-process engine run")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
@@ -118,7 +123,7 @@ def http_targets(args: argparse.Namespace, repository: Path, workdir: Path, echo
             False,
             lambda: mlserver_peer.mlserver_spec(
                 workdir / "mlserver", repository, args.models, free_port(), args.mlserver_workers
-            ),
+            ),  # its max_batch_time is each model's max_queue_delay_microseconds in `repository`
         ),
     }
     return [builders[name] for name in args.targets]

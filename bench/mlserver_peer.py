@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -17,7 +18,16 @@ VENV_PYTHON = VENV / "bin" / "python"
 # raise in asyncio.get_event_loop() where MLServer 1.7.1 starts its parallel workers, so they die at start
 PINS = ["mlserver==1.7.1", "onnxruntime==1.32.0", "numpy==2.4.6", "uvloop==0.21.0"]
 MAX_BATCH_SIZE = 64
-MAX_BATCH_TIME_S = 0.002
+_DELAY = re.compile(r"max_queue_delay_microseconds:\s*(\d+)")
+
+
+def batch_window_s(repository: Path, model: str) -> float:
+    """MLServer's max_batch_time for `model`: the same window Infera's batcher waits (its config's queue delay).
+
+    0 leaves MLServer's adaptive batching off, where Infera's batcher sends at once whatever is queued.
+    """
+    match = _DELAY.search((repository / model / "config.pbtxt").read_text())
+    return int(match.group(1)) / 1e6 if match else 0.0
 
 
 def venv_missing() -> str | None:
@@ -75,7 +85,7 @@ def write_settings(
             "name": name,
             "implementation": "mlserver_runtime.OnnxRuntimeModel",
             "max_batch_size": MAX_BATCH_SIZE if model.max_batch_size >= MAX_BATCH_SIZE else model.max_batch_size,
-            "max_batch_time": MAX_BATCH_TIME_S,
+            "max_batch_time": batch_window_s(repository, name),
             "parameters": {"uri": str(repository / name / "1" / "model.onnx"), "version": "1"},
         }
         (model_folder / "model-settings.json").write_text(json.dumps(model_settings, indent=2))

@@ -15,6 +15,7 @@ from bench.targets import (
     Verdict,
     all_verdicts,
     canary_verdict,
+    echo_of,
     ensemble_row,
     ensemble_verdict,
     http_row,
@@ -50,7 +51,8 @@ def method_text(settings: dict) -> str:
         "(Infera: dynamic batching, `max_batch_size` 64 for the MLPs, `max_queue_delay_microseconds` "
         f"{_delays(settings)}, `instance_group` KIND_CPU without a count, so Triton's default of 2 instances "
         "for onnxruntime; "
-        "MLServer 1.7.1: adaptive batching, `max_batch_size` 64, `max_batch_time` 2 ms, through "
+        "MLServer 1.7.1: adaptive batching, `max_batch_size` 64, `max_batch_time` the same window as Infera's "
+        "delay (0 turns its batching off), through "
         f"`bench/mlserver_runtime.py`, `parallel_workers` {settings.get('mlserver_workers', 1)}: 0 runs inference in "
         "its server process, which beat its default of 1 here, 2.4k against 2.0k req/s on mlp_small at 64 "
         "connections). Load comes from wrk with one thread on loopback, each request one sample "
@@ -119,7 +121,7 @@ def ratio_table(results: dict) -> str:
                     if ours is None or "unavailable" in ours:
                         continue
                     cells = [label, model, encoding, str(concurrency)]
-                    for other in (MLSERVER_LABEL, CEILING_LABEL):
+                    for other in (MLSERVER_LABEL, CEILING_LABEL, echo_of(label)):
                         theirs = http_row(
                             results, other, model, "json" if other == MLSERVER_LABEL else encoding, concurrency
                         )
@@ -128,7 +130,8 @@ def ratio_table(results: dict) -> str:
                     rows.append(cells)
     if not rows:
         return "No Infera figures in this run (see the HTTP tables for why)."
-    return table(["Infera", "model", "body", "conns", "/ MLServer (JSON)", "/ echo ceiling"], rows)
+    headers = ["Infera", "model", "body", "conns", "/ MLServer (JSON)", "/ echo ceiling", "/ same server's echo"]
+    return table(headers, rows)
 
 
 def _short(text: str, limit: int = 140) -> str:

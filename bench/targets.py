@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 INFERA_LABELS = ("infera-uvicorn", "infera-daphne")
 CEILING_LABEL = "echo-uvicorn"
+# each Infera server's own ceiling: the bare echo app under the same ASGI server
+SAME_SERVER_ECHO = {"infera-uvicorn": "echo-uvicorn", "infera-daphne": "echo-daphne"}
 MLSERVER_LABEL = "mlserver"
 PYTHON_GOAL = 0.7  # isolated python models: at least this share of in-process throughput at c=64
 ENSEMBLE_GOAL = 2.0  # digits_pipeline: at least this many times the client-chained images/s at c=64
@@ -71,13 +73,25 @@ def _reported_ratio(target: str, goal: str, num: tuple[str, dict | None], den: t
     return verdict
 
 
+def echo_of(label: str) -> str:
+    """The bare echo under the same ASGI server as `label`."""
+    return SAME_SERVER_ECHO.get(label, CEILING_LABEL)
+
+
+def mlserver_goal(results: dict) -> str:
+    """The MLServer goal's text, naming the batching window both sides used on mlp_small."""
+    delay = results.get("settings", {}).get("queue_delay_us", {}).get("mlp_small")
+    return f"≥ 5× (both batching windows {delay} µs)" if delay is not None else "≥ 5×"
+
+
 def http_verdicts(results: dict, label: str) -> list[Verdict]:
-    """The HTTP targets of issues 4 and 8 for one Infera server."""
+    """The HTTP targets of issues 4, 8 and 23 for one Infera server."""
     verdicts = []
     small = http_row(results, label, "mlp_small", "json", 64)
     mls = http_row(results, MLSERVER_LABEL, "mlp_small", "json", 64)
+    goal = mlserver_goal(results)
     verdicts.append(
-        _ratio_verdict(f"{label}: mlp_small c=64 vs MLServer", "≥ 5×", 5.0, (label, small), (MLSERVER_LABEL, mls))
+        _ratio_verdict(f"{label}: mlp_small c=64 vs MLServer", goal, 5.0, (label, small), (MLSERVER_LABEL, mls))
     )
     for model in ("simple", "mlp_small"):
         ours = http_row(results, label, model, "json", 64)
@@ -86,6 +100,12 @@ def http_verdicts(results: dict, label: str) -> list[Verdict]:
             _ratio_verdict(
                 f"{label}: {model} c=64 vs bare ASGI echo", "≥ 0.5×", 0.5, (label, ours), (CEILING_LABEL, echo)
             )
+        )
+    own = echo_of(label)
+    if own != CEILING_LABEL:  # daphne: also against the bare echo under daphne itself (issue 23)
+        ours, echo = http_row(results, label, "simple", "json", 64), http_row(results, own, "simple", "json", 64)
+        verdicts.append(
+            _ratio_verdict(f"{label}: simple c=64 vs bare {own}", "≥ 0.5×", 0.5, (label, ours), (own, echo))
         )
     large = http_row(results, label, "mlp_large", "json", 64)
     ceiling = direct_rate(results, "mlp_large", 64)

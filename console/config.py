@@ -55,6 +55,7 @@ class InferaSettings:
     replica_name: str = "infera"
     migrate: bool = True  # False: another process (a Kubernetes Job) applies migrations; serve waits for them
     seed_demo: bool = True  # False: serve writes no demo models (a cluster's replicas, production)
+    listen_address: str = ""  # host:port `serve` listens on (set by serve, shown among the replicas)
     engine: EngineSettings = field(default_factory=EngineSettings)
 
     @property

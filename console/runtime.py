@@ -7,9 +7,11 @@ first joins its host's other workers on the channel layer, console/peers/layer.p
 
 0. the /v2 token cache listens for revoked tokens and changed users (console/accounts/revocations.py);
 1. the model store exists (a new install starts with an empty store) and old staging leftovers are swept;
+   this replica's heartbeat starts (console/cluster: its row in the replica table, as INFERA_REPLICA_NAME);
 2. the gRPC front end listens (INFERA_GRPC_PORT; its health answers "not serving" until the engine is ready);
-3. the engine loads every model in the store (/v2/health/ready turns 200 at the end);
-4. the reconciler converges the engine on the registry once (the active versions serve, traffic policies in force),
+3. the engine loads every model in the store;
+4. the reconciler converges the engine on the registry once (the active versions serve, traffic policies in force;
+   /v2/health/ready turns 200 at the end, so a balancer never sends traffic to a version about to be replaced),
    then follows changes (and records the engine's automatic traffic rollbacks); the analysis runner starts taking
    queued analyses (console/analyzer/runner.py);
 5. the sampler takes a snapshot a second and publishes it to the dashboards; in a cluster (Redis, or workers) also
@@ -33,6 +35,7 @@ from channels.layers import get_channel_layer
 from console.accounts.inference_auth import TokenCache, make_v2_authenticator
 from console.accounts.revocations import RevocationListener
 from console.analyzer.runner import AnalysisRunner
+from console.cluster.heartbeat import Heartbeat
 from console.config import InferaSettings
 from console.monitoring.cluster import ClusterListener, ClusterView
 from console.monitoring.live import GroupPublisher, cluster_enabled
@@ -53,7 +56,7 @@ from engine.server import InferenceServer
 logger = logging.getLogger("console.runtime")
 
 RUNTIME_KEY = "infera.runtime"
-START_ORDER = ("peers", "credentials", "store", "grpc", "engine", "reconcile", "follow", "monitoring")
+START_ORDER = ("peers", "credentials", "store", "heartbeat", "grpc", "engine", "reconcile", "follow", "monitoring")
 
 
 class Runtime:
@@ -67,7 +70,8 @@ class Runtime:
         self.layer = get_channel_layer()
         self.store = ModelStore(settings.model_store)
         self.server = InferenceServer(settings.model_store, settings=settings.engine)
-        self.reconciler = Reconciler(self.server, float(settings.reconcile_seconds))
+        self.heartbeat = Heartbeat(settings.replica_name, settings.listen_address, float(settings.reconcile_seconds))
+        self.reconciler = Reconciler(self.server, float(settings.reconcile_seconds), settings.replica_name)
         # an automatic traffic rollback is audited and becomes the desired state
         self.server.on_traffic_rollback = self.reconciler.traffic_rolled_back
         self.analyzer = AnalysisRunner(self.server)  # analyses queued for this installation, one at a time
@@ -130,16 +134,19 @@ class Runtime:
             self.settings.model_store.mkdir(parents=True, exist_ok=True)
             self.store.sweep()
             self.started.append("store")
+            await self.heartbeat.start()
+            self.started.append("heartbeat")
             if self.grpc is not None:
                 await self.grpc.start()
                 self.started.append("grpc")
             logger.info("engine starting: loading every model in the model store")
-            await self.server.start(load_models=True)
+            await self.server.start(load_models=True, ready=False)
             self.started.append("engine")
             try:
                 await self.reconciler.reconcile_once()
             except Exception:  # the database may be down: the periodic pass retries
                 logger.exception("the start-up reconciliation failed; the periodic pass retries")
+            self.server.set_ready()  # the registry's active versions serve before a balancer sends traffic
             self.started.append("reconcile")
             self.reconciler.start()
             self.analyzer.start()
@@ -199,6 +206,8 @@ class Runtime:
             # in-flight calls finish before the engine they use stops
             await (self._grpc_stopping or self.grpc.stop(self.grace_left()))
         await self.server.stop(grace_seconds=self.grace_left())
+        if "heartbeat" in self.started:
+            await self.heartbeat.stop()
         await self.revocations.stop()
         if "peers" in self.started and isinstance(self.layer, LocalPeerLayer):
             await self.layer.leave()

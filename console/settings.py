@@ -15,6 +15,7 @@ from console.accounts.security_settings import (
 from console.config import BASE_DIR, read_settings
 from console.env import secret_from_file
 from console.settings_parts import channel_layer_settings, database_settings
+from console.shared_cache import cache_settings
 
 # ---- Infera's own settings: one frozen object, read once (console/config.py); use sites read settings.INFERA ----
 INFERA = read_settings()
@@ -40,6 +41,7 @@ INSTALLED_APPS = [
     "console.monitoring",
     "console.registry",
     "console.analyzer",
+    "console.cluster",
     "drf_spectacular_sidecar",  # Swagger UI assets for /api/docs/, served locally
 ]
 
@@ -73,10 +75,12 @@ TEMPLATES = [
     },
 ]
 
-# ---- Data: DATABASE_URL (SQLite under var/ by default, PostgreSQL for replicas), REDIS_URL (channel layer) ----
+# ---- Data: DATABASE_URL (SQLite under var/ by default, PostgreSQL for replicas), REDIS_URL (channels, cache) ----
 DATABASES = {"default": database_settings(INFERA.database_url, default_sqlite=INFERA.var_dir / "infera.sqlite3")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 CHANNEL_LAYERS = channel_layer_settings(INFERA.redis_url, peers_directory=INFERA.var_dir / "peers")
+# the sign-in lockout and the API rate count here: on Redis, shared by every replica (console/shared_cache.py)
+CACHES = cache_settings(INFERA.redis_url)
 
 # ---- Accounts ----
 AUTH_PASSWORD_VALIDATORS = [

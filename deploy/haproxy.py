@@ -57,16 +57,28 @@ def write_config(path: Path, *, host: str, port: int, backends: list[Backend], s
     return path
 
 
-def server_states(stats_socket: Path, timeout: float = 2.0) -> dict[str, str]:
-    """Each replica's state as HAProxy sees it right now (UP, DOWN, 'UP 1/2' while rising...), by name."""
+def command(stats_socket: Path, line: str, timeout: float = 2.0) -> str:
+    """Send one command to HAProxy's stats socket; its answer."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
         conn.settimeout(timeout)
         conn.connect(str(stats_socket))
-        conn.sendall(b"show stat\n")
+        conn.sendall(line.encode() + b"\n")
         chunks = []
         while chunk := conn.recv(65536):
             chunks.append(chunk)
-    text = b"".join(chunks).decode().lstrip("# ")
+    return b"".join(chunks).decode()
+
+
+def set_in_rotation(stats_socket: Path, name: str, taking_traffic: bool) -> None:
+    """Put a replica in the rotation (health checks decide) or in maintenance (no traffic, whatever its health)."""
+    answer = command(stats_socket, f"set server replicas/{name} state {'ready' if taking_traffic else 'maint'}")
+    if answer.strip():
+        raise RuntimeError(f"HAProxy refused to change {name}: {answer.strip()}")
+
+
+def server_states(stats_socket: Path, timeout: float = 2.0) -> dict[str, str]:
+    """Each replica's state as HAProxy sees it right now (UP, DOWN, MAINT, 'UP 1/2' while rising...), by name."""
+    text = command(stats_socket, "show stat", timeout).lstrip("# ")
     rows = csv.DictReader(io.StringIO(text))
     return {
         row["svname"]: row["status"]

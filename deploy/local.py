@@ -31,7 +31,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deploy.haproxy import Backend, server_states, write_config
+from deploy.haproxy import Backend, server_states, set_in_rotation, write_config
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_POSTGRES = "postgres://postgres@127.0.0.1:5432"
@@ -430,6 +430,13 @@ class LocalCluster:
         """Each replica's state in HAProxy (UP, DOWN, ...), by name."""
         return server_states(self.stats_socket)
 
+    def balance_over(self, count: int) -> None:
+        """Send the balancer's traffic to the first `count` replicas only (the others in maintenance), and wait."""
+        for index, replica in enumerate(self.replicas):
+            set_in_rotation(self.stats_socket, replica.name, index < count)
+        for index, replica in enumerate(self.replicas):
+            self.wait_in_balancer(replica.name, up=index < count)
+
     def wait_in_balancer(self, which: int | str, *, up: bool, timeout: float = 30.0) -> None:
         """Until HAProxy's health checks have taken the replica in (`up`) or out of the rotation."""
         name = self.replica(which).name
@@ -472,7 +479,8 @@ def _tail(path: Path, size: int = 4000) -> str:
 
 def describe(cluster: LocalCluster) -> str:
     """What `python -m deploy.local` prints once everything answers."""
-    lines = [f"Infera: {len(cluster.replicas)} replicas behind HAProxy", f"  balancer   {cluster.url}/"]
+    count = len(cluster.replicas)
+    lines = [f"Infera: {count} replica{'s' if count > 1 else ''} behind HAProxy", f"  balancer   {cluster.url}/"]
     for replica in cluster.replicas:
         lines.append(f"  {replica.name:<10} {replica.url}/  gRPC {replica.grpc_address}  log {replica.log_path}")
     lines += [
@@ -525,7 +533,8 @@ def main(argv: list[str] | None = None) -> int:
         seed_demo=args.seed_demo,
         access_log=args.access_log,
     )
-    print(f"Starting {args.replicas} replicas (logs under {cluster.workdir}) ...", flush=True)
+    plural = "s" if args.replicas > 1 else ""
+    print(f"Starting {args.replicas} replica{plural} (logs under {cluster.workdir}) ...", flush=True)
     try:
         cluster.start()
         print(describe(cluster), flush=True)

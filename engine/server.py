@@ -71,6 +71,7 @@ class InferenceServer:
         self.shared_memory = SharedMemoryRegistry()  # system shared memory regions clients registered
         self.tracer = Tracer(self.settings.trace_dir)  # Triton's trace extension
         self._started = False
+        self._held = False  # started but kept not ready until set_ready()
         self._draining = False
         self._sent_files: dict[str, Path] = {}  # models loaded from files sent with a load: their temporary roots
         self.traffic: dict[str, TrafficState] = {}  # models under a canary or shadow policy
@@ -79,14 +80,16 @@ class InferenceServer:
         self.on_traffic_rollback: Callable[[str, TrafficPolicy, str], None] | None = None
         self.manager.keeps_versions = self._policy_keeps
 
-    async def start(self, load_models: bool = True) -> None:
+    async def start(self, load_models: bool = True, *, ready: bool = True) -> None:
         """Start serving; with `load_models`, load every model in the repository (failures are logged).
 
         Ready (Triton's /v2/health/ready) only once that first load is over, so a load balancer sends no
-        traffic to a replica that would still answer "unknown model".
+        traffic to a replica that would still answer "unknown model"; with `ready=False` only once `set_ready()`
+        is called too (the console first puts the registry's versions in place).
         """
         self.model_services.bind(asyncio.get_running_loop())
         self._draining = False
+        self._held = not ready
         if load_models and self.repository is not None:
             for name in self.repository.model_names():
                 try:
@@ -94,6 +97,10 @@ class InferenceServer:
                 except InferaError as exc:
                     log.error("%s", exc.message)
         self._started = True
+
+    def set_ready(self) -> None:
+        """Ready from now on (after a `start(ready=False)`), unless draining."""
+        self._held = False
 
     def drain(self) -> None:
         """The server is going away: not ready from now on (in-flight and new requests are still served)."""
@@ -132,7 +139,7 @@ class InferenceServer:
         return True
 
     def is_ready(self) -> bool:
-        return self._started and not self._draining
+        return self._started and not self._held and not self._draining
 
     async def admit(
         self,

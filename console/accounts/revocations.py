@@ -27,6 +27,8 @@ logger = logging.getLogger("console.accounts.revocations")
 
 GROUP = "accounts.credentials"
 RETRY_SECONDS = 1.0  # between attempts to rejoin the group while the channel layer is down
+# Redis forgets a group member after a day (channels_redis' group_expiry): membership is renewed well before
+RENEW_SECONDS = 3600.0
 CHANGED = "credentials.changed"
 
 
@@ -72,12 +74,14 @@ def connect_user_signals() -> None:
 class RevocationListener:
     """Drops a TokenCache's verdicts as credential changes are announced; `seen` counts the messages handled."""
 
-    def __init__(self, cache: Any) -> None:
+    def __init__(self, cache: Any, renew_seconds: float = RENEW_SECONDS) -> None:
         self.cache = cache
+        self.renew_seconds = renew_seconds
         self.seen = 0
         self.layer_outage = Outage("the channel layer (credential changes)")
         self._handled = asyncio.Condition()
         self._task: asyncio.Task[None] | None = None
+        self._renewal: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         """Join the group and listen in the background (returns once joined, so no change is missed after it)."""
@@ -86,16 +90,23 @@ class RevocationListener:
             return
         channel = await layer.new_channel("accounts.credentials.")
         joined = await self._join(layer, channel)
-        self._task = asyncio.get_running_loop().create_task(
-            self._listen(layer, channel, joined), name="credential-listener"
-        )
+        loop = asyncio.get_running_loop()
+        self._task = loop.create_task(self._listen(layer, channel, joined), name="credential-listener")
+        self._renewal = loop.create_task(self._renew(layer, channel), name="credential-group-renewal")
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        for task in (self._renewal, self._task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._task = self._renewal = None
+
+    async def _renew(self, layer: Any, channel: str) -> None:
+        """Join the group again every `renew_seconds`, so a replica running for days still hears every change."""
+        while True:
+            await asyncio.sleep(self.renew_seconds)
+            await self._join(layer, channel)
 
     async def wait_for(self, count: int) -> None:
         """Until `count` messages have been handled (tests and start-up checks)."""

@@ -1,4 +1,9 @@
-"""The database side of reconciliation: read what should serve, write back what the engine made of it."""
+"""The database side of reconciliation: read what should serve, write back what the engine made of it.
+
+Each replica writes what its own engine made of each version (console/cluster/states.py); the version's registry
+state is the summary over the live replicas. A version that failed on this replica is left out of its plans until a
+retry (a load asked for again, a new config), while other replicas that serve it go on.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from pathlib import Path
 
 from django.db import transaction
 
+from console.cluster import states
 from console.registry.models import ModelVersion, RegisteredModel, VersionState
 from console.registry.store import get_store
 
@@ -39,18 +45,26 @@ def _digest(config: dict | None) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
 
 
-def read_plans(name: str | None = None) -> list[ModelPlan]:
-    """Plans for every registered model (or the one named): versions that should load and have not failed."""
+def read_plans(replica: str, name: str | None = None) -> list[ModelPlan]:
+    """Plans for every registered model (or the one named): versions that should load, have files, and have not
+    failed here (nor failed everywhere before any replica tried them, like a refused import)."""
     store = get_store()
     models = RegisteredModel.objects.select_related("active_version").prefetch_related("versions")
     if name is not None:
         models = models.filter(name=name)
+    models = list(models)
+    candidates = [v for model in models for v in model.versions.all() if v.should_load and v.artifact]
+    failed_here = states.failed_here(replica, candidates)
+    tried = states.tried_anywhere(v for v in candidates if v.state == VersionState.FAILED)
     plans = []
     for model in models:
         wanted = [
             version
             for version in model.versions.all()
-            if version.should_load and version.artifact and version.state != VersionState.FAILED
+            if version.should_load
+            and version.artifact
+            and version.pk not in failed_here
+            and not (version.state == VersionState.FAILED and version.pk not in tried)
         ]
         plans.append(
             ModelPlan(
@@ -64,16 +78,16 @@ def read_plans(name: str | None = None) -> list[ModelPlan]:
     return plans
 
 
-def mark_loading(name: str, numbers: set[int]) -> None:
-    """Show the versions about to load as LOADING."""
+def mark_loading(replica: str, name: str, numbers: set[int]) -> None:
+    """Show the versions about to load as LOADING on this replica."""
     if numbers:
-        ModelVersion.objects.filter(model__name=name, number__in=numbers).exclude(state=VersionState.LOADING).update(
-            state=VersionState.LOADING
-        )
+        with transaction.atomic():
+            versions = list(ModelVersion.objects.filter(model__name=name, number__in=numbers).select_for_update())
+            states.mark_loading(replica, versions)
 
 
-def record_outcome(name: str, ready: set[int], failed: dict[int, str]) -> None:
-    """Write each version's state from what the engine holds now; only rows that change are saved."""
+def record_outcome(replica: str, name: str, ready: set[int], failed: dict[int, str]) -> None:
+    """Write each version's state on this replica from what its engine holds now, then the registry's state."""
     with transaction.atomic():
-        for version in ModelVersion.objects.filter(model__name=name).select_for_update():
-            version.apply_engine_state(version.number in ready, failed.get(version.number))
+        versions = list(ModelVersion.objects.filter(model__name=name).select_for_update())
+        states.record(replica, versions, ready, failed)

@@ -61,6 +61,28 @@ class VersionState(models.TextChoices):
 
 # states a version leaves for UNLOADED once it is no longer wanted and the engine no longer has it
 LIVE_STATES = (VersionState.PENDING, VersionState.LOADING, VersionState.READY)
+# a version's state across replicas is the first of these any live replica reports
+CLUSTER_ORDER = (
+    VersionState.READY,
+    VersionState.LOADING,
+    VersionState.PENDING,
+    VersionState.FAILED,
+    VersionState.UNLOADED,
+)
+
+
+def engine_transition(state: str, should_load: bool, ready: bool, failure: str | None) -> tuple[str, str] | None:
+    """The (state, error) a version takes from what one engine made of it (ready, or failed with a reason), given
+    whether it should load; None when it stays as it is."""
+    if failure is not None:
+        return VersionState.FAILED, failure
+    if ready:
+        return VersionState.READY, ""
+    if not should_load and state in LIVE_STATES:
+        return VersionState.UNLOADED, ""
+    if should_load and state == VersionState.READY:
+        return VersionState.PENDING, ""  # the engine lost it; the next pass loads it again
+    return None
 
 
 class RegisteredModel(models.Model):
@@ -151,6 +173,7 @@ class ModelVersion(models.Model):
         if self.state in (VersionState.FAILED, VersionState.UNLOADED):
             self.state, self.error = VersionState.PENDING, ""
         self.save(update_fields=["should_load", "state", "error", "state_changed_at"])
+        self._retry_on_replicas()
 
     def request_unload(self) -> None:
         """Ask for it to stop serving; the reconciler unloads it and marks it UNLOADED."""
@@ -163,6 +186,11 @@ class ModelVersion(models.Model):
         if self.should_load:
             self.state, self.error = VersionState.PENDING, ""
         self.save(update_fields=["config", "state", "error", "state_changed_at"])
+        self._retry_on_replicas()
+
+    def _retry_on_replicas(self) -> None:
+        """Replicas where it failed try it again (console/cluster: each replica leaves out what failed there)."""
+        self.on_replicas.filter(state=VersionState.FAILED).update(state=VersionState.PENDING, error="")
 
     def fail(self, reason: str) -> None:
         """It could not load (trial load, engine load, a bad config): FAILED with the reason."""
@@ -171,19 +199,20 @@ class ModelVersion(models.Model):
 
     def apply_engine_state(self, ready: bool, failure: str | None) -> bool:
         """Take what the engine made of it (READY, or failed with a reason); True when the row changed."""
-        if failure is not None:
-            state, error = VersionState.FAILED, failure
-        elif ready:
-            state, error = VersionState.READY, ""
-        elif not self.should_load and self.state in LIVE_STATES:
-            state, error = VersionState.UNLOADED, ""
-        elif self.should_load and self.state == VersionState.READY:
-            state, error = VersionState.PENDING, ""  # the engine lost it; the next pass loads it again
-        else:
+        return self._become(engine_transition(self.state, self.should_load, ready, failure))
+
+    def take_replica_states(self, states: list[tuple[str, str]]) -> bool:
+        """Take its state across the live replicas, each (state, error): READY where any of them serves it, else
+        LOADING, PENDING, FAILED (with the first reason) or UNLOADED; unchanged when none has a state for it."""
+        if not states:
             return False
-        if (state, error) == (self.state, self.error):
+        best = min(states, key=lambda pair: CLUSTER_ORDER.index(pair[0]))
+        return self._become((best[0], best[1] if best[0] == VersionState.FAILED else ""))
+
+    def _become(self, change: tuple[str, str] | None) -> bool:
+        if change is None or change == (self.state, self.error):
             return False
-        self.state, self.error = state, error
+        self.state, self.error = change
         self.save(update_fields=["state", "error", "state_changed_at"])
         return True
 

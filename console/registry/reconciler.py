@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
+from django.conf import settings
 
 from console.outages import Outage, is_database_outage, is_idle_wait
 from console.registry.desired import ModelPlan, mark_loading, read_plans, record_outcome
@@ -43,9 +44,10 @@ class Reconciler:
     repository control asks for a pass over one model (`reconcile_model`) and waits for it.
     """
 
-    def __init__(self, server: InferenceServer, period: float = DEFAULT_PERIOD_SECONDS) -> None:
+    def __init__(self, server: InferenceServer, period: float = DEFAULT_PERIOD_SECONDS, replica: str = "") -> None:
         self.server = server
         self.period = period
+        self.replica = replica or settings.INFERA.replica_name  # whose engine state it records
         self.wake = asyncio.Event()
         self._lock = asyncio.Lock()
         self._applied: dict[str, tuple] = {}
@@ -62,7 +64,7 @@ class Reconciler:
         """One full pass over every registered model, plus unloading models that were deleted."""
         async with self._lock:
             self._forget_recorded_rollbacks()
-            plans = await database_sync_to_async(read_plans)()
+            plans = await database_sync_to_async(read_plans)(self.replica)
             for plan in plans:
                 await self._converge(plan)
             registered = {plan.name for plan in plans}
@@ -73,7 +75,7 @@ class Reconciler:
         """A pass over one model (the v2 repository control waits for it)."""
         async with self._lock:
             self._forget_recorded_rollbacks()
-            plans = await database_sync_to_async(read_plans)(name)
+            plans = await database_sync_to_async(read_plans)(self.replica, name)
             if plans:
                 await self._converge(plans[0])
             else:
@@ -88,19 +90,19 @@ class Reconciler:
                 logger.info("unloading model '%s': no version should serve", name)
                 await self.server.unload_model(name)
             self._applied.pop(name, None)
-            await database_sync_to_async(record_outcome)(name, set(), {})
+            await database_sync_to_async(record_outcome)(self.replica, name, set(), {})
             return
         self._relax_traffic(plan)
         if ready == set(plan.versions) and self._applied.get(name) == plan.signature:
             if plan.active in ready and serving != plan.active:
                 logger.info("model '%s': version %s takes traffic (was %s)", name, plan.active, serving)
                 self.server.set_active_version(name, plan.active)
-            await database_sync_to_async(record_outcome)(name, ready, {})
+            await database_sync_to_async(record_outcome)(self.replica, name, ready, {})
             self._apply_traffic(plan)
             return
-        await database_sync_to_async(mark_loading)(name, set(plan.versions) - ready)
+        await database_sync_to_async(mark_loading)(self.replica, name, set(plan.versions) - ready)
         failed = await self._load(plan, ready, serving)
-        await database_sync_to_async(record_outcome)(name, set(self.server.status(name).ready), failed)
+        await database_sync_to_async(record_outcome)(self.replica, name, set(self.server.status(name).ready), failed)
         self._apply_traffic(plan)
 
     async def _load(self, plan: ModelPlan, ready: set[int], serving: int | None) -> dict[int, str]:
@@ -220,7 +222,7 @@ class Reconciler:
 
     async def run(self) -> None:
         layer = get_channel_layer()
-        channel = await layer.new_channel("registry.reconciler.") if layer is not None else None
+        channel = await layer.new_channel() if layer is not None else None  # one prefix: see monitoring/cluster.py
         listener = asyncio.create_task(self._listen(layer, channel)) if channel else None
         try:
             while self.server.is_ready():

@@ -9,6 +9,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from console.cluster.serializers import ClusterSerializer, ReplicaStateSerializer, cluster_view
 from console.registry.engine_status import EngineStatus
 from console.registry.models import MODEL_NAME_RULE, AuditEvent, ModelVersion, RegisteredModel, model_name_validator
 from console.registry.uploads import UploadRejected, parse_config_text
@@ -24,6 +25,10 @@ class VersionSerializer(serializers.ModelSerializer):
         help_text="this process's engine answers unversioned requests with it"
     )
     is_loaded = serializers.SerializerMethodField(help_text="READY in this process's engine")
+    replicas = serializers.SerializerMethodField(help_text="its state on each replica serving this database")
+    replica_summary = serializers.SerializerMethodField(
+        help_text="'READY on 3/3', 'READY on 2/3 · FAILED on 1: <reason>' (live replicas); empty with one replica"
+    )
 
     class Meta:
         model = ModelVersion
@@ -31,6 +36,8 @@ class VersionSerializer(serializers.ModelSerializer):
             "number",
             "state",
             "error",
+            "replica_summary",
+            "replicas",
             "should_load",
             "is_active",
             "is_serving",
@@ -57,6 +64,13 @@ class VersionSerializer(serializers.ModelSerializer):
     def get_is_loaded(self, version: ModelVersion) -> bool:
         return version.number in EngineStatus.of(version.model.name, self.context).ready
 
+    @extend_schema_field(ReplicaStateSerializer(many=True))
+    def get_replicas(self, version: ModelVersion) -> list[dict[str, Any]]:
+        return ReplicaStateSerializer(cluster_view(self.context).of_version(version), many=True).data
+
+    def get_replica_summary(self, version: ModelVersion) -> str:
+        return cluster_view(self.context).summary(version)
+
 
 class VersionDetailSerializer(VersionSerializer):
     """A version with the effective config it was checked with."""
@@ -73,6 +87,9 @@ class RegisteredModelSerializer(serializers.ModelSerializer):
     active_version = serializers.SerializerMethodField()
     serving_version = serializers.SerializerMethodField()
     state = serializers.SerializerMethodField(help_text="the state of the active version")
+    replica_summary = serializers.SerializerMethodField(
+        help_text="the active version's state per replica ('READY on 3/3'); empty with one replica"
+    )
     version_count = serializers.SerializerMethodField()
     traffic_mode = serializers.CharField(
         read_only=True, help_text="active, canary or shadow: how requests that name no version are shared"
@@ -90,6 +107,7 @@ class RegisteredModelSerializer(serializers.ModelSerializer):
             "active_version",
             "serving_version",
             "state",
+            "replica_summary",
             "version_count",
             "traffic_mode",
         ]
@@ -107,6 +125,9 @@ class RegisteredModelSerializer(serializers.ModelSerializer):
     def get_state(self, model: RegisteredModel) -> str | None:
         return model.active_version.state if model.active_version_id else None
 
+    def get_replica_summary(self, model: RegisteredModel) -> str:
+        return cluster_view(self.context).summary(model.active_version) if model.active_version_id else ""
+
     def get_version_count(self, model: RegisteredModel) -> int:
         return len(model.versions.all())
 
@@ -115,10 +136,16 @@ class RegisteredModelDetailSerializer(RegisteredModelSerializer):
     """A model with every version."""
 
     versions = serializers.SerializerMethodField()
+    cluster = serializers.SerializerMethodField(help_text="the replicas serving this database, live and gone")
 
     class Meta(RegisteredModelSerializer.Meta):
-        fields = [*RegisteredModelSerializer.Meta.fields, "versions"]
+        fields = [*RegisteredModelSerializer.Meta.fields, "versions", "cluster"]
         read_only_fields = fields
+
+    @extend_schema_field(ClusterSerializer)
+    def get_cluster(self, model: RegisteredModel) -> dict[str, Any]:
+        view = cluster_view(self.context)
+        return ClusterSerializer({"live": list(view.live), "gone": list(view.gone)}).data
 
     @extend_schema_field(VersionSerializer(many=True))
     def get_versions(self, model: RegisteredModel) -> list[dict[str, Any]]:

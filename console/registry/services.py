@@ -429,7 +429,7 @@ def _store_version(
     activate: bool,
 ) -> ModelVersion:
     store = get_store()
-    path = store.commit_version(staged.version_dir, model.name, version.number)
+    path = store.commit_version(staged.version_dir, model.name, version.number, config=effective)
     try:
         with transaction.atomic():
             model = RegisteredModel.objects.select_for_update().get(pk=model.pk)
@@ -607,12 +607,21 @@ def v2_unload(actor: Any, name: str) -> bool:
     return True
 
 
-def failures_of(name: str, numbers: list[int]) -> str:
-    """The reasons of the asked-for versions that failed, joined; empty when none did."""
+def failures_of(name: str, numbers: list[int], replica: str) -> str:
+    """The reasons of the asked-for versions that failed (everywhere, or on this replica), joined; empty when none
+    did."""
     if not numbers:
         return "no version of it has files in the model store"
-    failed = ModelVersion.objects.filter(model__name=name, number__in=numbers, state=VersionState.FAILED)
-    return "; ".join(f"version {v.number}: {v.error}" for v in failed.order_by("number"))
+    versions = ModelVersion.objects.filter(model__name=name, number__in=numbers)
+    versions = versions.prefetch_related("on_replicas__replica")
+    reasons = {}
+    for version in versions.order_by("number"):
+        here = [row for row in version.on_replicas.all() if row.replica.name == replica]
+        if here and here[0].state == VersionState.FAILED:
+            reasons[version.number] = here[0].error
+        elif version.state == VersionState.FAILED:
+            reasons[version.number] = version.error
+    return "; ".join(f"version {number}: {reason}" for number, reason in reasons.items())
 
 
 def record_import(actor: Any, model: RegisteredModel, numbers: list[int], source: Path) -> None:

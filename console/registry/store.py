@@ -96,12 +96,28 @@ class ModelStore:
                     removed.append(f"{area}/{entry.name}")
         return removed
 
-    def commit_version(self, staged: Path, name: str, number: int) -> Path:
-        """Move a complete staged version folder to `<name>/<number>` with one rename."""
+    def commit_version(self, staged: Path, name: str, number: int, config: ModelConfig | None = None) -> Path:
+        """Move a complete staged version folder to `<name>/<number>` with one rename.
+
+        A model the store has no folder for yet gets its folder in the same rename, with `config` already in it: a
+        replica scanning the store sees the new model whole (config and version) or not at all.
+        """
         target = self.version_dir(name, number)
-        target.parent.mkdir(parents=True, exist_ok=True)
         if target.exists():
             raise StoreConflict(f"the store already holds a folder for version {number} of '{name}'")
+        if config is not None and not self.model_dir(name).exists():
+            holder = self.new_staging()
+            (holder / "config.pbtxt").write_text(config_to_pbtxt(config), encoding="utf-8")
+            os.rename(staged, holder / str(number))
+            try:
+                os.rename(holder, self.model_dir(name))  # an empty folder made meanwhile is replaced too
+                return target
+            except OSError:  # another upload made the model's folder first: add the version to it
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.rename(holder / str(number), target)
+                shutil.rmtree(holder, ignore_errors=True)
+                return target
+        target.parent.mkdir(parents=True, exist_ok=True)
         os.rename(staged, target)
         return target
 

@@ -56,7 +56,7 @@ class RegistryRepositoryControl:
                     return False
             await self.reconciler.reconcile_model(name)
             numbers = await database_sync_to_async(_wanted_numbers)(name)
-            failure = await database_sync_to_async(services.failures_of)(name, numbers)
+            failure = await database_sync_to_async(services.failures_of)(name, numbers, self.reconciler.replica)
             if failure:
                 raise LoadError(failure, model=name)
             return True

@@ -133,6 +133,7 @@
         const row = rows.querySelector(`tr[data-model="${CSS.escape(model.name)}"]`);
         if (!row) continue;
         setState(row.querySelector('[data-field="state"]'), model.state);
+        row.querySelector('[data-field="replica_summary"]').textContent = model.replica_summary;
         for (const field of ["active_version", "serving_version", "version_count"]) {
           row.querySelector(`[data-field="${field}"]`).textContent = shown(model[field]);
         }
@@ -190,11 +191,21 @@
       setState(root.querySelector("#model-state"), model.state);
       root.querySelector("#active-version").textContent = shown(model.active_version);
       root.querySelector("#serving-version").textContent = shown(model.serving_version);
+      showReplicas(model.cluster);
       versions = model.versions;
       showVersions();
       tryIt.versions(model.versions.filter((v) => v.is_loaded).map((v) => v.number));
       if (model.active_version !== shownConfigFor) showConfig(model.active_version);
       if (model.serving_version !== null) tryIt.ready();
+    }
+
+    function showReplicas(cluster) {
+      const node = root.querySelector("#replicas");
+      const known = cluster.live.length + cluster.gone.length;
+      node.hidden = known < 2;
+      node.previousElementSibling.hidden = known < 2;
+      const gone = cluster.gone.map((r) => `${r.name} (last seen ${new Date(r.last_seen).toLocaleString()})`);
+      node.textContent = `${cluster.live.length} serving: ${cluster.live.join(", ") || "none"}` + (gone.length ? ` · gone: ${gone.join(", ")}` : "");
     }
 
     async function showConfig(number) {
@@ -212,6 +223,11 @@
     function versionRow(version) {
       const stateCell = el("td", {}, el("span", { className: `state state-${version.state.toLowerCase()}` }, version.state));
       if (version.error) stateCell.append(el("div", { className: "error-text" }, version.error));
+      if (version.replica_summary) {
+        // each replica's own state in the tooltip; gone replicas are listed but not counted
+        const each = version.replicas.map((r) => `${r.replica}: ${r.state}${r.live ? "" : " (gone)"}${r.error ? " – " + r.error : ""}`);
+        stateCell.append(el("div", { className: "muted replica-summary", title: each.join("\n") }, version.replica_summary));
+      }
       const loaded = version.is_serving ? "serving" : version.is_loaded ? "loaded" : "";
       const row = el(
         "tr",

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
+from deploy.local import RedisServer
 from tests.conftest import manage_command, serve_process
 from tests.engine.decoupled_models import build_decoupled_repository
 
@@ -21,3 +24,14 @@ def generator_server(tmp_path_factory: pytest.TempPathFactory):
         manage_command(var_dir, env)("import_repository", str(repo))
         assert server.wait_for("/v2/models/text_echo/ready", timeout=GENERATOR_READY_S) == 200
         yield server
+
+
+@pytest.fixture(scope="module")
+def private_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A redis-server of the module's own on a free port (deploy/local.py), which a test may stop and start."""
+    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import socket
 from typing import Any
 
 from django.conf import settings
@@ -73,6 +74,7 @@ class Command(BaseCommand):
             self._serve(infera, host, port, options, identity)
             return
 
+        infera = infera.replace(listen_address=shown_address(host, port))
         with start_up_lock(on_wait=lambda: self._say("Another replica is preparing the database; waiting for it.")):
             self._migrate(infera.migrate)
             self._ensure_admin()
@@ -147,3 +149,13 @@ class Command(BaseCommand):
             )
         else:
             self.stdout.write(f"Created the user '{created.username}' with the password INFERA_ADMIN_PASSWORD.")
+
+
+def shown_address(host: str, port: int) -> str:
+    """host:port as other replicas and people reach it (a wildcard address stands for this host's own)."""
+    if host in ("0.0.0.0", "::", ""):
+        try:
+            host = socket.gethostbyname(socket.gethostname())
+        except OSError:
+            host = socket.gethostname()
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

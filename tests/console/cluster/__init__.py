@@ -1,0 +1,1 @@
+"""Tests of the cluster app: replicas, heartbeats, versions per replica."""

@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import ensemble_models, ensemble_runs, mlserver_peer, traffic_runs
+from bench import cluster_runs, ensemble_models, ensemble_runs, mlserver_peer, traffic_runs
 from bench.dashboards import run_dashboards
 from bench.direct import measure_direct
 from bench.engine_inproc import measure_engine
@@ -35,7 +35,19 @@ from bench.wrk import WRK, WrkScripts
 RESULTS = ROOT / "bench" / "results"
 HTTP_TARGETS = ("echo-uvicorn", "echo-daphne", "infera-uvicorn", "infera-daphne", "mlserver")
 DEFAULT_TARGETS = ("echo-uvicorn", "echo-daphne", "infera-uvicorn", "infera-daphne", "mlserver")
-SECTIONS = ("direct", "http", "grpc", "engine", "hotswap", "dashboards", "python", "sequences", "ensemble", "traffic")
+SECTIONS = (
+    "direct",
+    "http",
+    "grpc",
+    "engine",
+    "hotswap",
+    "dashboards",
+    "python",
+    "sequences",
+    "ensemble",
+    "traffic",
+    "cluster",
+)
 
 
 def csv(kind):
@@ -411,6 +423,12 @@ def main(argv: list[str] | None = None) -> int:
                 ),
             )
             results["traffic"].update(date=results["date"], command=results["command"])
+        if "cluster" in args.sections:
+            results["cluster"] = guarded(
+                "cluster: mlp_small c=64 through HAProxy with 1, 2 and 3 replicas; 20 switches reaching all three",
+                lambda: cluster_runs.cluster_section(repository, workdir, scripts, args.seconds, args.runs),
+            )
+            results["cluster"].update(date=results["date"], command=results["command"])
     finally:
         scripts.close()
         shutil.rmtree(workdir, ignore_errors=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 from collections.abc import Callable
 from pathlib import Path
 
@@ -518,10 +519,34 @@ def grpc_table(results: dict) -> str:
     )
 
 
+def cluster_text(run: dict) -> str:
+    """The scale-out section: throughput per number of replicas, and how long a switch takes to reach them all."""
+    base = run["rows"][0]["rps"] or 1.0
+    rows = [
+        [str(r["replicas"]), f"{r['rps']:.0f}", f"{r['rps'] / base:.2f}×", f"{r['p50_ms']:.2f}", f"{r['p99_ms']:.2f}"]
+        + [str(r["errors"])]
+        for r in run["rows"]
+    ]
+    switches = run["switch_s"]
+    return (
+        "Three `manage.py serve` replicas behind HAProxy (`deploy/local.py`, with a PostgreSQL database and a "
+        f"redis-server of their own), mlp_small JSON at c={run['concurrency']} through the balancer, {run['runs']} "
+        f"runs of {run['seconds']:.0f} s (median); with 1 and 2 replicas the others are in HAProxy's maintenance. "
+        f"On {run['cores']} cores (load average {run['load_average']} at the end) one replica is CPU-bound already "
+        "and HAProxy and wrk share the same cores, so more replicas give little or nothing here: they pay off with "
+        "cores (or a GPU) of their own each, as a Kubernetes Deployment spreads them over nodes.\n\n"
+        + table(["replicas", "req/s", "vs 1", "p50 ms", "p99 ms", "errors"], rows)
+        + "\n\nA switch of the active version (`POST .../versions/N/activate` through replica-1), timed until each "
+        f"of the three replicas, asked directly, answers with the new version: over {len(switches)} switches p50 "
+        f"{statistics.median(switches) * 1000:.0f} ms, max {max(switches) * 1000:.0f} ms (the goal: within 2 s)."
+    )
+
+
 PYTHON_HEADING = "Python models: isolated vs in-process"
 SEQUENCES_HEADING = "Sequence batcher: direct, oldest and no sequence batching"
 ENSEMBLE_HEADING = "Ensembles: digits_pipeline vs the client chaining its steps"
 TRAFFIC_HEADING = "Traffic policies: no policy, canary 90/10 and shadow on mlp_small"
+CLUSTER_HEADING = "Scale-out: 1, 2 and 3 replicas behind HAProxy"
 # the headings each `--sections` entry fills; a run of some sections rewrites only theirs (see write_outputs)
 SECTION_HEADINGS = {
     "direct": ("Direct ceiling: onnxruntime session.run in process",),
@@ -534,6 +559,7 @@ SECTION_HEADINGS = {
     "sequences": (SEQUENCES_HEADING,),
     "ensemble": (ENSEMBLE_HEADING,),
     "traffic": (TRAFFIC_HEADING,),
+    "cluster": (CLUSTER_HEADING,),
 }
 
 
@@ -560,6 +586,7 @@ def section_renderers(results: dict) -> dict[str, Callable[[], str]]:
         SEQUENCES_HEADING: lambda: section_or_reason(results.get("sequences"), sequences_text),
         ENSEMBLE_HEADING: lambda: section_or_reason(results.get("ensemble"), ensemble_text),
         TRAFFIC_HEADING: lambda: section_or_reason(results.get("traffic"), traffic_text),
+        CLUSTER_HEADING: lambda: section_or_reason(results.get("cluster"), cluster_text),
         "GPU path (bench/gpu.sh)": lambda: gpu_text(results.get("gpu")),
     }
     if PROFILE_NOTE.exists():

@@ -338,6 +338,20 @@ def traffic_verdicts(results: dict) -> list[Verdict]:
     return [canary_verdict(run), shadow_verdict(run)]
 
 
+CLUSTER_TARGET = "cluster: a switch reaches all 3 replicas (max of 20)"
+CLUSTER_GOAL_S = 2.0
+
+
+def cluster_verdicts(results: dict) -> list[Verdict]:
+    """Issue 21: an activation through one replica is served by every replica within 2 s."""
+    run = results.get("cluster")
+    goal = f"≤ {CLUSTER_GOAL_S:.0f} s"
+    if not run or "unavailable" in run:
+        return [Verdict(CLUSTER_TARGET, goal, (run or {}).get("unavailable", "not run")[:160], "N/A")]
+    worst = max(run["switch_s"])
+    return [Verdict(CLUSTER_TARGET, goal, f"{worst * 1000:.0f} ms", "PASS" if worst <= CLUSTER_GOAL_S else "MISS")]
+
+
 # the targets each `--sections` entry decides from its own figures: a run of some rewrites their rows (report.py)
 SECTION_VERDICTS = {
     "engine": engine_verdicts,
@@ -346,6 +360,7 @@ SECTION_VERDICTS = {
     "python": python_verdicts,
     "ensemble": ensemble_verdicts,
     "traffic": traffic_verdicts,
+    "cluster": cluster_verdicts,
 }
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from bench.infera import infera_spec
 from bench.servers import ROOT, ServerProcess, free_port
+from bench.sse_client import SSEConnection
 
 STREAMS = (1, 8, 32)
 MAX_TOKENS = 48
@@ -52,54 +53,41 @@ class GenerationRun:
         return statistics.median(self.first_token_s) * 1000 if self.first_token_s else None
 
 
-def parse_events(chunk: bytes) -> list[dict]:
-    """The JSON objects of the complete `data:` events in a chunk of a server-sent stream."""
-    return [json.loads(part[6:]) for part in chunk.split(b"\n\n") if part.startswith(b"data: ")]
-
-
-async def one_stream(session, url: str, prompt: str, run: GenerationRun) -> None:
-    body = {"text_input": prompt, "stream": True, "max_tokens": MAX_TOKENS, "temperature": 0}
+async def one_stream(connection: SSEConnection, host: str, path: str, prompt: str, run: GenerationRun) -> None:
+    body = json.dumps({"text_input": prompt, "stream": True, "max_tokens": MAX_TOKENS, "temperature": 0}).encode()
     started = time.perf_counter()
-    first = None
-    buffer = b""
-    async with session.post(url, json=body) as answer:
-        if answer.status != 200:
-            run.failures += 1
-            return
-        async for chunk in answer.content.iter_any():
-            buffer += chunk
-            complete, _, buffer = buffer.rpartition(b"\n\n")
-            for event in parse_events(complete + b"\n\n") if complete else []:
-                if "error" in event:
-                    run.failures += 1
-                    return
-                if event.get("text_output"):
-                    run.tokens += 1
-                    first = first if first is not None else time.perf_counter() - started
-    if first is not None:
-        run.first_token_s.append(first)
+    count = await connection.post(host, path, body)
+    if count.status != 200 or count.errors:
+        run.failures += 1
+        return
+    run.tokens += count.events  # an event per token (generate_stream sends no event for a flags-only final)
+    if count.first_event_at is not None:
+        run.first_token_s.append(count.first_event_at - started)
     run.finished += 1
 
 
 async def drive(base_url: str, model: str, streams: int, seconds: float) -> GenerationRun:
-    """`streams` closed loops for `seconds` (streams under way at the end finish and count)."""
-    import aiohttp
-
+    """`streams` closed loops for `seconds`, each on its own keep-alive connection (streams under way at the end
+    finish and count)."""
     run = GenerationRun(model, streams, seconds)
-    url = f"{base_url}/v2/models/{model}/generate_stream"
+    address = base_url.removeprefix("http://")
+    host, port = address.rsplit(":", 1)
+    path = f"/v2/models/{model}/generate_stream"
     deadline = time.perf_counter() + seconds
-    timeout = aiohttp.ClientTimeout(total=None, sock_read=120)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
 
-        async def caller(index: int) -> None:
+    async def caller(index: int) -> None:
+        connection = await SSEConnection.open(host, int(port))
+        try:
             turn = 0
             while time.perf_counter() < deadline:
-                await one_stream(session, url, PROMPTS[(index + turn) % len(PROMPTS)], run)
+                await one_stream(connection, address, path, PROMPTS[(index + turn) % len(PROMPTS)], run)
                 turn += 1
+        finally:
+            connection.close()
 
-        started = time.perf_counter()
-        await asyncio.gather(*(caller(i) for i in range(streams)))
-        run.seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    await asyncio.gather(*(caller(i) for i in range(streams)))
+    run.seconds = time.perf_counter() - started
     return run
 
 

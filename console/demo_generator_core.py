@@ -8,7 +8,7 @@ Continuous (iteration-level) batching, as LLM backends do it: `ContinuousBatcher
 running sequence its next token, samples, hands each sequence's new text to the `emit` callback, and retires the
 sequences that finished (stop string, max_tokens, full context) at once. Running sequences hold cache slots
 0..n-1, so the batch's keys and values are a view of the cache, never a gather; a retiring sequence's slot is
-filled by moving a later one down.
+filled by the last running one (one sequence's keys and values copied, whatever the batch).
 
 Inference runs in float64: a sequence's greedy tokens must not depend on which other sequences share its step, and
 the kernels torch picks (and so the order of their sums) change with the batch's shape; in float64 those rounding
@@ -141,7 +141,7 @@ class CharTransformer(nn.Module):
     def decode(self, cache: KVCache, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """One step of slots 0..n-1: feed token i at position i, return the next token's logits [n, vocab]."""
         count = len(tokens)
-        span = int(positions.max()) + 1
+        span = int(positions.max()) + 1  # the longest sequence's keys (a shorter one's extra ones are masked)
         rows = torch.arange(count)
         visible = (torch.arange(span)[None, :] <= positions[:, None])[:, None, None, :]  # [n, 1, 1, span]
         x = (self.embed(tokens) + self.position(positions))[:, None, :]
@@ -166,9 +166,10 @@ class KVCache:
         self.keys = torch.zeros(size, dtype=dtype)
         self.values = torch.zeros(size, dtype=dtype)
 
-    def move(self, source: int, target: int) -> None:
-        self.keys[:, target] = self.keys[:, source]
-        self.values[:, target] = self.values[:, source]
+    def move(self, source: int, target: int, length: int) -> None:
+        """Slot `source`'s first `length` positions into slot `target`."""
+        self.keys[:, target, :, :length] = self.keys[:, source, :, :length]
+        self.values[:, target, :, :length] = self.values[:, source, :, :length]
 
 
 @dataclass(frozen=True)
@@ -325,20 +326,34 @@ class ContinuousBatcher:
             self.running.append(sequence)
 
     def _choose(self, logits: torch.Tensor) -> list[int]:
+        """Greedy rows by one argmax; sampled rows' probabilities (temperature, top-p) in one batched pass, then a
+        draw per row from its own generator (a seed is per request)."""
         chosen = logits.argmax(dim=-1).tolist()
-        for index, sequence in enumerate(self.running):
-            sampling = sequence.sampling
-            if sampling.temperature > 0:
-                chosen[index] = sample(logits[index], sampling.temperature, sampling.top_p, sequence.generator)
+        rows = [index for index, sequence in enumerate(self.running) if sequence.sampling.temperature > 0]
+        if not rows:
+            return chosen
+        sampled = [self.running[index] for index in rows]
+        temperatures = torch.tensor([[s.sampling.temperature] for s in sampled], dtype=logits.dtype)
+        top_p = torch.tensor([[s.sampling.top_p] for s in sampled], dtype=logits.dtype)
+        probabilities = nucleus(torch.softmax(logits[rows] / temperatures, dim=-1), top_p)
+        for index, sequence, row in zip(rows, sampled, probabilities, strict=True):
+            chosen[index] = int(torch.multinomial(row, 1, generator=sequence.generator))
         return chosen
 
     def _advance(self, sequence: Sequence, token: int) -> None:
         sequence.length += 1
         sequence.pending = token
         sequence.generated.append(token)
-        sequence.text += self.tokenizer.decode([token])
+        piece = self.tokenizer.decode([token])
+        sequence.text += piece
         stops = sequence.sampling.stop
-        found = [index for index in (sequence.text.find(stop) for stop in stops) if index >= 0]
+        # only where the new piece could complete a stop string: the check costs the same at every length
+        end = len(sequence.text)
+        found = [
+            index
+            for index in (sequence.text.find(stop, max(0, end - len(piece) - len(stop) + 1)) for stop in stops)
+            if index >= 0
+        ]
         if found:
             sequence.text = sequence.text[: min(found)]
             self._finish(sequence, FINISH_STOP)
@@ -371,16 +386,19 @@ class ContinuousBatcher:
             self._send(sequence, "", FINISH_ERROR)
 
     def _retire(self) -> None:
-        """Drop finished sequences; the rest move down to slots 0..n-1 in order."""
-        staying = [sequence for sequence in self.running if sequence.finish_reason is None]
-        if len(staying) == len(self.running):
-            return
-        slot_of = {id(sequence): slot for slot, sequence in enumerate(self.running)}
-        for target, sequence in enumerate(staying):
-            source = slot_of[id(sequence)]
-            if source != target:
-                self.cache.move(source, target)
-        self.running = staying
+        """Drop finished sequences: the last running one moves into each freed slot, so a retirement copies one
+        sequence's keys and values (its positions only), whatever the batch; slots stay 0..n-1."""
+        running = self.running
+        slot = 0
+        while slot < len(running):
+            if running[slot].finish_reason is None:
+                slot += 1
+                continue
+            last = running.pop()
+            if slot < len(running):
+                running[slot] = last
+                self.cache.move(len(running), slot, last.length)
+        self.running = running
 
     def fail_all(self, message: str) -> None:
         """End every waiting and running sequence with an error (a failed step, an unloading model)."""
@@ -418,15 +436,15 @@ def sampling_from(settings: dict[str, Any]) -> Sampling:
     return sampling
 
 
-def sample(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None) -> int:
-    """A token drawn from softmax(logits / temperature), among the likeliest whose probability sums to top_p."""
-    probabilities = torch.softmax(logits / temperature, dim=-1)
-    if top_p < 1:
-        ordered, order = probabilities.sort(descending=True)
-        before = ordered.cumsum(dim=-1) - ordered
-        ordered[before >= top_p] = 0  # the first token always stays
-        probabilities = torch.zeros_like(probabilities).scatter(-1, order, ordered)
-    return int(torch.multinomial(probabilities, 1, generator=generator))
+def nucleus(probabilities: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Each row [n, vocab] kept to its likeliest tokens whose probability sums to its top_p [n, 1] (the first always
+    stays); not renormalised, multinomial takes weights."""
+    if bool((top_p >= 1).all()):
+        return probabilities
+    ordered, order = probabilities.sort(dim=-1, descending=True)
+    before = ordered.cumsum(dim=-1) - ordered
+    ordered = ordered.masked_fill(before >= top_p, 0)
+    return torch.zeros_like(probabilities).scatter(-1, order, ordered)
 
 
 def overlap(text: str, stop: str) -> int:

@@ -1,8 +1,8 @@
-"""The generation bench's own logic: reading server-sent events, the goal's verdict, and its section of the doc."""
+"""The generation bench's own logic: the goal's verdict and its section of the doc."""
 
 from __future__ import annotations
 
-from bench.generation import MARKERS, GenerationRun, parse_events, render, verdict, write_section
+from bench.generation import MARKERS, GenerationRun, render, verdict, write_section
 
 
 def runs(single: int, many: int) -> dict:
@@ -13,11 +13,6 @@ def runs(single: int, many: int) -> dict:
                 mode, streams, 10.0, tokens=tokens, finished=streams, first_token_s=[0.01]
             )
     return made
-
-
-def test_it_reads_complete_events_only():
-    chunk = b'data: {"text_output": "a"}\n\ndata: {"error": "boom"}\n\n'
-    assert parse_events(chunk) == [{"text_output": "a"}, {"error": "boom"}]
 
 
 def test_it_judges_the_goal_from_one_and_32_streams():

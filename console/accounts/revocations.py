@@ -88,7 +88,7 @@ class RevocationListener:
         layer = get_channel_layer()
         if layer is None or self._task is not None:
             return
-        channel = await layer.new_channel("accounts.credentials.")
+        channel = await layer.new_channel()  # the default prefix: see console/monitoring/cluster.py
         joined = await self._join(layer, channel)
         loop = asyncio.get_running_loop()
         self._task = loop.create_task(self._listen(layer, channel, joined), name="credential-listener")

@@ -39,6 +39,7 @@ MESSAGE_TYPE = "cluster.snapshot"
 GONE_AFTER_INTERVALS = 5
 PENDING_MINUTE_SECONDS = 5.0  # how long a closed minute waits for the other processes to close theirs
 REJOIN_SECONDS = 60.0  # Redis expires group membership: renewed this often
+STOP_WAIT_SECONDS = 2.0
 
 Figures = dict[str, Any]
 
@@ -253,15 +254,17 @@ class ClusterListener:
             self._task = asyncio.get_running_loop().create_task(self.run(), name="infera-cluster-listener")
 
     async def stop(self) -> None:
+        """Cancel the listener; a receive that Redis holds up is left to end on its own (no shutdown waits on it)."""
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await asyncio.wait({task}, timeout=STOP_WAIT_SECONDS)
 
     async def run(self) -> None:
         """Receive until stopped; our own snapshot comes back each second, so the loop turns at least that often."""
-        channel = await self.layer.new_channel("monitoring.cluster.")
+        # the layer's default prefix: channels_redis receives every process-local channel of one prefix through one
+        # list and one lock, so a channel of another prefix waits for its turn behind the dashboards' (5 s each)
+        channel = await self.layer.new_channel()
         joined_at = -math.inf
         try:
             while True:

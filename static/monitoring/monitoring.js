@@ -157,7 +157,7 @@
     return found;
   }
 
-  /* A cluster of several replicas: each replica's GPUs (or CPU and process memory), named after it. */
+  /* A cluster's view: each replica's GPUs (or CPU and process memory), named after it. */
   function clusterDeviceSeries(replicas) {
     return replicas.flatMap((r) => {
       const color = colorOf(`replica ${r.name}`);
@@ -181,7 +181,7 @@
 
   function deviceSeries(snapshot) {
     const replicas = replicasOf(snapshot);
-    if (replicas.length > 1) return clusterDeviceSeries(replicas);
+    if (replicas.length) return clusterDeviceSeries(replicas); // a cluster's view, however many replicas it has now
     const devices = snapshot.devices || { gpus: [], cpu: null };
     if (devices.gpus.length) {
       return devices.gpus.flatMap((gpu) => {
@@ -283,7 +283,7 @@
     learnModels(snapshot);
     const before = replicaCount;
     showReplicas(snapshot);
-    const clusterChanged = (before > 1) !== (replicaCount > 1); // the devices panel goes per replica, or back
+    const clusterChanged = (before > 0) !== (replicaCount > 0); // the devices panel goes per replica, or back
     if (showDeviceKind(snapshot) || clusterChanged) charts.devices.rebuild([]); // its kind changed: start afresh
     for (const chart of Object.values(charts)) chart.extend(snapshot, maxPoints());
     if (snapshot.pipeline && snapshot.pipeline.model === model) {

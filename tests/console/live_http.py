@@ -128,3 +128,15 @@ def _cookies(answer: Answer, set_cookies: list[str] | None = None) -> dict[str, 
         if name:
             found[name.strip()] = rest.split(";", 1)[0]
     return found
+
+
+def metric(server: ServerProcess, name: str) -> dict[tuple, float]:
+    """Every sample of a /metrics family, by its labels."""
+    _, body = server.get("/metrics")
+    found = {}
+    for line in body.decode().splitlines():
+        matched = re.fullmatch(rf"{name}(?:\{{(.*)\}})? (\S+)", line)
+        if matched:
+            labels = tuple(sorted(re.findall(r'(\w+)="([^"]*)"', matched.group(1) or "")))
+            found[labels] = float(matched.group(2))
+    return found

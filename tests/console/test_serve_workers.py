@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from tests.conftest import ServerProcess, manage_command, serve_process
-from tests.console.live_http import Answer, connect, session_cookie
+from tests.console.live_http import Answer, connect, metric, session_cookie
 from tests.console.test_graceful_shutdown import in_background, survivors, wait_until_refused
 from tests.engine.gated_model import GatedModel
 from tests.engine.model_factory import make_simple_onnx
@@ -86,18 +86,6 @@ class Workers:
         page = response.read().decode()
         assert response.status == 200, page[:500]
         return re.search(r'id="answered-by" data-process="([^"]*)"', page).group(1)
-
-
-def metric(server: ServerProcess, name: str) -> dict[tuple, float]:
-    """Every sample of a /metrics family, by its labels."""
-    _, body = server.get("/metrics")
-    found = {}
-    for line in body.decode().splitlines():
-        matched = re.fullmatch(rf"{name}(?:\{{(.*)\}})? (\S+)", line)
-        if matched:
-            labels = tuple(sorted(re.findall(r'(\w+)="([^"]*)"', matched.group(1) or "")))
-            found[labels] = float(matched.group(2))
-    return found
 
 
 def until(check, what: str) -> None:

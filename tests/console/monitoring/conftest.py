@@ -3,6 +3,7 @@ engine serving an ensemble."""
 
 from __future__ import annotations
 
+import os
 import threading
 import urllib.request
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -20,6 +21,7 @@ from console.accounts.roles import set_role
 from console.demo_sequences import write_sequence_models
 from console.monitoring.cluster import ClusterView
 from console.peers.identity import ProcessIdentity
+from deploy.local import ClusterError, LocalCluster
 from engine.monitoring.sampler import MetricsSampler
 from engine.server import InferenceServer
 from engine.types import InferenceRequest
@@ -186,3 +188,34 @@ def steady_load(server: ServerProcess, infer: Callable[[], None] | None = None) 
         stop.set()
         thread.join(timeout=15)
     assert not failures, failures
+
+
+@pytest.fixture(scope="package")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """Three real replicas (deploy/local.py) on one PostgreSQL database of their own and a Redis of their own,
+    serving Triton's `simple`, registered from the shell as an operator would."""
+    workdir = tmp_path_factory.mktemp("cluster")
+    env = {"INFERA_DISABLE_NVML": "1", "INFERA_INFERENCE_AUTH": "none", "INFERA_SECURE_COOKIES": "false"}
+    try:
+        started = LocalCluster(3, workdir=workdir, database=None, redis_url=None, env=env).start()
+    except ClusterError as exc:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(f"no local cluster here: {exc}")
+    try:
+        make_simple_onnx(workdir / "repository")
+        started.manage("import_repository", str(workdir / "repository"))
+        for index in range(len(started.replicas)):
+            replica = replica_server(started, index)
+            assert replica.wait_for("/v2/models/simple/ready", timeout=120) == 200, replica.log()[-3000:]
+        yield started
+    finally:
+        started.stop()
+
+
+def replica_server(cluster: LocalCluster, index: int) -> ServerProcess:
+    """One replica of `cluster` as the tests' helpers know a server: its URL, log, process and admin."""
+    replica = cluster.replicas[index]
+    return ServerProcess(
+        replica.url, replica.var_dir, replica.log_path, replica.process, admin_password=cluster.admin_password
+    )

@@ -481,6 +481,7 @@
 
   function initTryIt(root, name) {
     const form = root.querySelector("#try-form");
+    if (!form) return { versions() {}, ready() {} }; // a text generator's page has the playground instead
     const body = form.querySelector("#try-body");
     const versionSelect = form.querySelector("#try-version");
     const token = form.querySelector("#try-token");

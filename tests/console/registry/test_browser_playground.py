@@ -56,6 +56,7 @@ def test_it_streams_the_demo_generator_into_the_page(infera_server: ServerProces
     assert " ms" in status.split("time to first token")[1].split("·")[0]  # a measured time, not a dash
     assert page.get_attribute("#playground", "data-tokens") == "48"
     assert text == completion(infera_server, "text_generator", "The module", 48)
+    assert page.locator("#try-form").count() == 0  # /infer refuses a decoupled model: the playground replaces it
     assert errors == []
 
 

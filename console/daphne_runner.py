@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 import sys
 from typing import Any
 
@@ -100,6 +99,7 @@ def _endpoints(host: str, port: int, *, shared: bool) -> list[str]:
 
     if not shared:
         return build_endpoint_description_strings(host=host, port=port)
+    if ":" in host:  # Twisted's fd: endpoint adopts IPv4 sockets only (its domain argument stays a string)
+        raise SystemExit("serve --server daphne --workers listens on IPv4 addresses only; use uvicorn for IPv6")
     sock = reuse_port_socket(host, port)
-    domain = "INET6" if sock.family == socket.AF_INET6 else "INET"
-    return [f"fd:fileno={sock.detach()}:domain={domain}"]  # Twisted adopts the descriptor (and closes it)
+    return [f"fd:fileno={sock.detach()}"]  # Twisted adopts the descriptor (and closes it)

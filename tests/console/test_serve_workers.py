@@ -95,9 +95,10 @@ def until(check, what: str) -> None:
         time.sleep(0.05)  # polling other processes, bounded by the deadline
 
 
-@pytest.fixture(scope="module")
-def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers]:
-    root = tmp_path_factory.mktemp("workers")
+@pytest.fixture(scope="module", params=["uvicorn", "daphne"])
+def workers(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers]:
+    """Two workers of one replica under uvicorn, then daphne (one reactor per worker)."""
+    root = tmp_path_factory.mktemp(f"workers-{request.param}")
     var_dir = root / "var"
     gated = GatedModel(root / "pipes")
     store = var_dir / "models"
@@ -117,7 +118,7 @@ def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers]:
     manage("migrate")
     manage("import_repository", str(store))  # simple v2 (the newest) active, gated v1
     try:
-        with serve_process(var_dir, "--no-seed", "--workers", "2", env=env) as server:
+        with serve_process(var_dir, "--no-seed", "--workers", "2", "--server", request.param, env=env) as server:
             until(
                 lambda: {dict(k).get("worker") for k in metric(server, "nv_inference_request_success")} >= set(WORKERS),
                 "both workers never published their models",

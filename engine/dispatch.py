@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -48,13 +49,21 @@ class Dispatcher:
     """Drives one model version's batcher: wakes on arrivals, free instances and delay deadlines (sequence models
     have engine.sequence_dispatch).
 
-    Several idle instances share what is queued (each batch takes at most its share) when batches run on the
-    instances' threads, so a compute-bound model keeps more than one batch in flight, and a batch forms while the
-    others compute. Batches cheap enough to run inline on the loop are not split: they run one after the other.
+    A batch forms while others compute: an instance that is idle while another runs takes what queued meanwhile.
+    Several idle instances also share what is queued (each batch takes at most its share) when batches run on the
+    instances' threads and there are cores for them beside the event loop's, so a compute-bound model keeps every
+    core busy instead of one batch holding every caller. On a machine with no core to spare (two: the loop and one
+    batch) a batch takes what is queued, as in Triton. Batches cheap enough to run inline are never split.
     """
 
     def __init__(
-        self, name: str, version: int, config: ModelConfig, instances: list[ModelInstance], stats: ModelStats
+        self,
+        name: str,
+        version: int,
+        config: ModelConfig,
+        instances: list[ModelInstance],
+        stats: ModelStats,
+        cores: int | None = None,
     ) -> None:
         self.name = name
         self.version = version
@@ -68,6 +77,8 @@ class Dispatcher:
         self._running = 0  # batches handed to instances and not answered
         self._idle_again = asyncio.Event()  # set when nothing is running, for stop()
         self._idle_again.set()
+        # batches that may compute at once on instance threads, one core left to the event loop
+        self.batch_cores = (cores or usable_cores()) - 1
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"dispatch-{self.name}-{self.version}")
@@ -131,8 +142,9 @@ class Dispatcher:
         idle = lane.idle
         while idle and batcher.size:
             instance = idle[-1]
-            # several idle instances and batches on their threads: each takes its share, so they compute together
-            share = -(-batcher.inferences // len(idle)) if len(idle) > 1 and not instance.runs_inline else 0
+            # several idle instances, batches on their threads, cores for them: each takes its share of the queue
+            ways = min(len(idle), self.batch_cores - self._running)
+            share = -(-batcher.inferences // ways) if ways > 1 and not instance.runs_inline else 0
             batch = batcher.next_batch(now, share)
             if batch is None:
                 return
@@ -214,6 +226,11 @@ class Dispatcher:
             batcher = lane.batcher
             for p in batcher.expire(time.monotonic_ns() + 10**18) + batcher._candidates():
                 self._fail(p, Unavailable(f"model '{self.name}' version {self.version} is unloading"))
+
+
+def usable_cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 # ---- shared with engine.sequence_dispatch

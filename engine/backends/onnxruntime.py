@@ -13,6 +13,7 @@ import onnxruntime as ort
 
 from engine.backends import register_backend
 from engine.backends.base import Backend
+from engine.backends.gpu_transfers import IoBindingRunner, pinned_buffers, uses_io_binding
 from engine.backends.tensor_layout import int_parameter, sequence_tensors, to_config_shape, to_model_shape
 from engine.config import DynamicBatching, InstanceGroup, ModelConfig, TensorConfig, cpu_instance_count
 from engine.datatypes import config_to_wire, numpy_dtype
@@ -88,6 +89,11 @@ class OnnxRuntimeBackend(Backend):
         # the sequence batcher takes each state output back as the next request's state input
         _, state_outputs = sequence_tensors(self.config)
         self._output_names = names + [t.name for t in state_outputs if t.name not in names]
+        # on a GPU: inputs up from pinned host buffers, outputs copied down once per batch (IO binding)
+        self._runner: IoBindingRunner | None = None
+        if uses_io_binding(self.device, self.config, self.session.get_providers()):
+            pinned = pinned_buffers(self.device)
+            self._runner = IoBindingRunner(self.session, self._output_names, "cuda", self.device.id, pinned)
 
     def _session_options(self) -> ort.SessionOptions:
         """Thread counts from Triton's parameter names, else a share of the cores per CPU instance.
@@ -113,7 +119,10 @@ class OnnxRuntimeBackend(Backend):
                 array = array.astype(dtype)
             feeds[name] = array
         try:
-            results = self.session.run(self._output_names, feeds)
+            if self._runner is not None:
+                results = self._runner.run(feeds)
+            else:
+                results = self.session.run(self._output_names, feeds)
         except Exception as exc:
             raise BackendError(f"onnxruntime failed running model '{self.config.name}': {exc}") from exc
         outputs = {}

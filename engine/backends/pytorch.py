@@ -14,7 +14,9 @@ import numpy as np
 
 from engine.backends import register_backend
 from engine.backends.base import Backend
+from engine.backends.gpu_transfers import pinned_buffers
 from engine.backends.tensor_layout import int_parameter, sequence_tensors, to_config_shape, to_model_shape
+from engine.backends.torch_cuda import CudaGraphs, graphs_wanted
 from engine.config import ModelConfig, TensorConfig
 from engine.datatypes import config_to_wire, numpy_dtype
 from engine.errors import BackendError, LoadError
@@ -73,6 +75,9 @@ class PyTorchBackend(Backend):
         self._inputs = positional_order(self.config.input + served)
         self._outputs = positional_order(self.config.output + extra_outputs)
         self._batched = self.config.max_batch_size > 0
+        # on a GPU: inputs staged in pinned host memory (an asynchronous DMA each), fixed shapes through CUDA graphs
+        self._pinned = pinned_buffers(self.device)
+        self._graphs = CudaGraphs(torch, self.model) if graphs_wanted(self.device, self.config) and not served else None
 
     def _torch_device(self, torch: Any) -> Any:
         if not self.device.is_gpu:
@@ -106,7 +111,10 @@ class PyTorchBackend(Backend):
         arguments = [self._to_tensor(torch, batch[t.name], t) if t.name in batch else None for t in self._inputs]
         try:
             with torch.inference_mode():
-                result = self.model(*arguments)
+                if self._graphs is not None:
+                    result = self._graphs.run(len(arguments[0]) if self._batched else 1, arguments)
+                else:
+                    result = self.model(*arguments)
         except Exception as exc:
             raise BackendError(f"torch failed running model '{self.config.name}': {exc}") from exc
         return self._to_outputs(result)
@@ -116,6 +124,8 @@ class PyTorchBackend(Backend):
         dtype = numpy_dtype(config_to_wire(tensor.data_type))
         if array.dtype != dtype:
             array = array.astype(dtype)
+        if self._pinned is not None and dtype.name != "bfloat16":  # a DMA; the outputs' copy back waits for it
+            return self._pinned.tensor(tensor.name, array).to(self.torch_device, non_blocking=True)
         if not array.flags.writeable or not array.flags.c_contiguous:
             array = np.ascontiguousarray(array).copy()  # torch only wraps writable memory without a warning
         if dtype.name == "bfloat16":  # numpy's ml_dtypes bfloat16 reaches torch as its bits
@@ -142,6 +152,7 @@ class PyTorchBackend(Backend):
 
     def unload(self) -> None:
         self.model = None
+        self._graphs = None
         if self.device.is_gpu:
             import torch
 

@@ -64,8 +64,8 @@ async def _started(started: list[int], count: int) -> None:
     assert await asyncio.to_thread(wait), f"only {len(started)} of {count} batches started"
 
 
-def _dispatcher(instances: list[ModelInstance]) -> Dispatcher:
-    dispatcher = Dispatcher("gated", 1, CONFIG, instances, ModelStats("gated", 1))
+def _dispatcher(instances: list[ModelInstance], cores: int = 4) -> Dispatcher:
+    dispatcher = Dispatcher("gated", 1, CONFIG, instances, ModelStats("gated", 1), cores=cores)
     dispatcher.start()
     return dispatcher
 
@@ -144,3 +144,27 @@ def test_it_does_not_split_batches_that_run_inline() -> None:
         for instance in instances:
             instance.stop()
     assert started == [8]
+
+
+def test_it_keeps_one_batch_per_free_instance_where_no_core_is_spare() -> None:
+    gate, started = threading.Semaphore(0), []
+    instances = _instances(2, gate, started, threshold_ns=0)
+
+    async def scenario() -> None:
+        dispatcher = _dispatcher(instances, cores=2)  # the loop and one batch: nothing to share the queue with
+        futures = [dispatcher.submit(_request(i)) for i in range(8)]
+        await _started(started, 1)
+        later = [dispatcher.submit(_request(1)) for _ in range(3)]
+        await asyncio.sleep(0)
+        gate.release(1)
+        await _started(started, 2)  # the second instance took what queued while the first computed
+        gate.release(1)
+        await asyncio.gather(*futures, *later)
+        await dispatcher.stop()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        for instance in instances:
+            instance.stop()
+    assert started == [8, 3]

@@ -1,0 +1,89 @@
+"""The GPU path's decisions, checked where there is no GPU: IO binding, pinned buffers, CUDA graphs, placement.
+
+What runs only on a GPU (the copies, a graph's capture and replay) is measured by bench/gpu.sh; here the choices
+are checked, and the parts that also work on the CPU (an IoBinding, a capture that fails) run for real.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from engine.backends.base import Device
+from engine.backends.gpu_transfers import IoBindingRunner, fixed_shapes, pinned_buffers, uses_io_binding
+from engine.backends.onnxruntime import OnnxRuntimeBackend
+from engine.backends.torch_cuda import CudaGraphs, graphs_wanted
+from engine.config import InstanceGroup, TensorConfig
+from engine.lifecycle import instance_devices
+from tests.engine.model_factory import make_simple_onnx, simple_config
+
+CPU, GPU = Device("CPU", 0), Device("GPU", 0)
+CUDA = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+
+
+def test_it_binds_io_only_on_a_gpu_whose_session_got_cuda() -> None:
+    config = simple_config()
+    assert uses_io_binding(GPU, config, CUDA)
+    assert not uses_io_binding(CPU, config, CUDA)
+    assert not uses_io_binding(GPU, config, ["CPUExecutionProvider"])  # onnxruntime fell back to the CPU
+    strings = dataclasses.replace(config, input=[TensorConfig("TEXT", "TYPE_STRING", [1])])
+    assert not uses_io_binding(GPU, strings, CUDA)  # strings stay on the host in onnxruntime
+
+
+def test_an_io_binding_answers_as_session_run(tmp_path) -> None:
+    backend = OnnxRuntimeBackend(simple_config(), make_simple_onnx(tmp_path) / "1", CPU)
+    backend.load()
+    assert backend._runner is None  # a CPU instance runs session.run
+    rng = np.random.default_rng(0)
+    feeds = {name: rng.integers(-100, 100, (3, 16), dtype=np.int32) for name in ("INPUT0", "INPUT1")}
+    names = ["OUTPUT0", "OUTPUT1"]
+    bound = IoBindingRunner(backend.session, names, "cpu").run(feeds)
+    for got, want in zip(bound, backend.session.run(names, feeds), strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_it_stages_in_pinned_memory_only_where_torch_can_pin() -> None:
+    pytest.importorskip("torch")
+    import torch
+
+    assert pinned_buffers(CPU) is None
+    if not torch.cuda.is_available():
+        assert pinned_buffers(GPU) is None  # no CUDA for torch here: plain host memory
+
+
+def test_it_captures_graphs_only_for_fixed_shapes_on_a_gpu() -> None:
+    fixed = simple_config()
+    variable = dataclasses.replace(fixed, input=[TensorConfig("INPUT0", "TYPE_INT32", [-1])])
+    optional = dataclasses.replace(fixed, input=[TensorConfig("INPUT0", "TYPE_INT32", [16], optional=True)])
+    assert fixed_shapes(fixed) and not fixed_shapes(variable) and not fixed_shapes(optional)
+    assert graphs_wanted(GPU, fixed)
+    assert not graphs_wanted(CPU, fixed)
+    assert not graphs_wanted(GPU, variable)
+    assert not graphs_wanted(GPU, dataclasses.replace(fixed, parameters={"CUDA_GRAPHS": "false"}))
+
+
+def test_a_batch_whose_graph_cannot_be_captured_runs_eagerly() -> None:
+    torch = pytest.importorskip("torch")
+    model = torch.nn.Linear(4, 2)
+    inputs = torch.ones(3, 4)
+    with torch.inference_mode():
+        graphs = CudaGraphs(torch, model)
+        if torch.cuda.is_available():
+            pytest.skip("a CUDA device would capture the graph")
+        expected = model(inputs)
+        torch.testing.assert_close(graphs.run(3, [inputs]), expected)  # the capture fails without CUDA
+        torch.testing.assert_close(graphs.run(3, [inputs]), expected)  # and is not tried again
+        limited = CudaGraphs(torch, model, max_graphs=0)
+        torch.testing.assert_close(limited.run(3, [inputs]), expected)
+    assert graphs.captured == [] and limited.captured == []
+
+
+def test_it_places_instances_on_the_gpus_the_group_names() -> None:
+    named = dataclasses.replace(simple_config(), instance_group=[InstanceGroup(kind="KIND_GPU", count=2, gpus=[1])])
+    assert instance_devices(named, gpus=2) == [Device("GPU", 1), Device("GPU", 1)]
+    every = dataclasses.replace(simple_config(), instance_group=[InstanceGroup(kind="KIND_GPU", count=1)])
+    assert instance_devices(every, gpus=2) == [Device("GPU", 0), Device("GPU", 1)]
+    auto = dataclasses.replace(simple_config(), backend="onnxruntime", instance_group=[])
+    assert {d.kind for d in instance_devices(auto, gpus=1)} == {"GPU"}  # KIND_AUTO on a machine with a GPU

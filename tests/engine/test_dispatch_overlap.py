@@ -80,6 +80,15 @@ def _instances(count: int, gate: threading.Semaphore, started: list[int], thresh
     return instances
 
 
+def _run(scenario, instances: list[ModelInstance]):
+    """asyncio.run(scenario()), the instances' threads stopped afterwards."""
+    try:
+        return asyncio.run(scenario())
+    finally:
+        for instance in instances:
+            instance.stop()
+
+
 def test_it_shares_a_queue_among_idle_instances_so_two_batches_run_at_once() -> None:
     gate, started = threading.Semaphore(0), []
     instances = _instances(2, gate, started, threshold_ns=0)  # never inline: every batch on a thread
@@ -94,11 +103,7 @@ def test_it_shares_a_queue_among_idle_instances_so_two_batches_run_at_once() -> 
         await dispatcher.stop()
         return [float(r.outputs["INPUT0"][0, 0]) for r in responses]
 
-    try:
-        assert asyncio.run(scenario()) == [float(i) for i in range(8)]
-    finally:
-        for instance in instances:
-            instance.stop()
+    assert _run(scenario, instances) == [float(i) for i in range(8)]
 
 
 def test_it_forms_the_next_batch_while_one_computes() -> None:
@@ -118,11 +123,7 @@ def test_it_forms_the_next_batch_while_one_computes() -> None:
         await asyncio.gather(*first, *later)
         await dispatcher.stop()
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        for instance in instances:
-            instance.stop()
+    _run(scenario, instances)
     assert started[:2] == [4, 4] and started[2:] == [3]
 
 
@@ -138,11 +139,7 @@ def test_it_does_not_split_batches_that_run_inline() -> None:
         await asyncio.gather(*(dispatcher.submit(_request(i)) for i in range(8)))
         await dispatcher.stop()
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        for instance in instances:
-            instance.stop()
+    _run(scenario, instances)
     assert started == [8]
 
 
@@ -162,9 +159,5 @@ def test_it_keeps_one_batch_per_free_instance_where_no_core_is_spare() -> None:
         await asyncio.gather(*futures, *later)
         await dispatcher.stop()
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        for instance in instances:
-            instance.stop()
+    _run(scenario, instances)
     assert started == [8, 3]

@@ -20,6 +20,7 @@ from bench.targets import (
     ensemble_row,
     ensemble_verdict,
     http_row,
+    http_verdicts,
     python_row,
     python_verdict,
     shadow_verdict,
@@ -688,6 +689,8 @@ def write_outputs(
     chosen = {heading: renderers[heading]() for key in only for heading in SECTION_HEADINGS[key]}
     markdown = markdown_path.read_text()
     verdicts = [v for key in only if key in SECTION_VERDICTS for v in SECTION_VERDICTS[key](results)]
+    if "http" in only:  # the HTTP targets this run measured (a server or model it left out keeps its row)
+        verdicts += [v for label in INFERA_LABELS for v in http_verdicts(results, label) if v.status != "N/A"]
     targets = sections_of(markdown)[1].get("Targets")
     if verdicts and targets is not None:
         chosen["Targets"] = with_target_rows(targets.partition("\n")[2].strip("\n"), verdicts)

@@ -11,7 +11,8 @@ from bench.targets import http_verdicts
 
 
 def _row(target: str, model: str, rps: float) -> dict:
-    return {"target": target, "model": model, "encoding": "json", "concurrency": 64, "rps": rps, "errors": 0}
+    row = {"target": target, "model": model, "encoding": "json", "concurrency": 64, "rps": rps, "errors": 0}
+    return row | {"p50_ms": 1.0, "p99_ms": 2.0}
 
 
 RESULTS = {
@@ -49,3 +50,19 @@ def test_mlserver_waits_as_long_as_infera_batches(tmp_path: Path) -> None:
     repository = write_repository(tmp_path, ["simple", "mlp_small"], queue_delay_us=2000)
     assert batch_window_s(repository, "mlp_small") == 0.002
     assert batch_window_s(repository, "simple") == 0.0  # Infera sends at once: MLServer's batching is off
+
+
+def test_a_run_of_the_http_section_rewrites_the_http_target_rows_it_measured(tmp_path: Path) -> None:
+    from bench.report import write_outputs
+
+    markdown = tmp_path / "benchmarks.md"
+    old = "| infera-daphne: simple c=64 vs bare echo-daphne | ≥ 0.5× | 0.10× (old) | MISS |"
+    kept = "| infera-daphne: mlp_large c=64 vs direct | ≥ 0.8× session.run at batch 64 | 0.31× (old) | MISS |"
+    markdown.write_text(
+        "# Benchmarks\n\n## Targets\n\n| target | goal | measured | result |\n| --- | --- | --- | --- |\n"
+        f"{old}\n{kept}\n"
+    )
+    write_outputs(RESULTS, markdown, tmp_path / "results", only=["http"])
+    text = markdown.read_text()
+    assert "| infera-daphne: simple c=64 vs bare echo-daphne | ≥ 0.5× | 0.60× (3600 vs 6000 req/s) | PASS |" in text
+    assert kept in text  # not measured in this run (no direct ceiling): its row stays

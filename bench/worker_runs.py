@@ -3,7 +3,8 @@
 One console home (SQLite, no Redis: the default install) serves `simple` and `mlp_small`; the two servers take turns
 (1, 2, 1, 2 ... for each model), so a busy neighbour on the shared machine weighs on both alike. Each round is one
 wrk run of `--seconds`; the figures are the medians, with the load average before each round and the CPU seconds
-the whole server (supervisor and workers) used per request.
+the whole server (supervisor and workers) used per request; CPU per request times requests per second is how many
+cores the server kept busy. On a shared machine that tells a cheaper request from a bigger share of the cores.
 """
 
 from __future__ import annotations
@@ -87,8 +88,8 @@ def measure(workdir: Path, seconds: float, rounds: int) -> dict:
 def table(figures: dict) -> str:
     """The Markdown table of docs/benchmarks.md."""
     lines = [
-        "| model | workers | req/s | vs 1 worker | p50 ms | p99 ms | CPU µs/request | errors | load before rounds |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| model | workers | req/s | vs 1 | p50 ms | p99 ms | CPU µs/request | cores busy | errors | load before |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name, by_count in figures["results"].items():
         base = statistics.median(r["rps"] for r in by_count[min(by_count)])
@@ -100,7 +101,8 @@ def table(figures: dict) -> str:
             p99 = statistics.median(r["p99_ms"] for r in rows)
             lines.append(
                 f"| {name} | {count} | {rps:,.0f} | {rps / base:.2f}× | {p50:.2f} | {p99:.2f} | "
-                f"{statistics.median(cpu):.0f} | {sum(r['errors'] for r in rows)} | {loads} |"
+                f"{statistics.median(cpu):.0f} | {statistics.median(cpu) * rps / 1e6:.2f} | "
+                f"{sum(r['errors'] for r in rows)} | {loads} |"
             )
     return "\n".join(lines)
 
@@ -116,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is not None:
         args.out.write_text(json.dumps(figures, indent=2))
     print(table(figures))
+    print(f"load average after: {load_average()}")
     return 0
 
 

@@ -196,7 +196,9 @@ def test_it_restarts_every_replica_under_load_without_failing_a_request(cluster:
         tmp_path, "infer", body, {"Content-Type": "application/json", "Authorization": f"Bearer {cluster.admin_key}"}
     )
     url = f"{local.url}/v2/models/adder/infer"
-    command = [WRK, "-t1", "-c64", "-d600s", "--timeout", "10s", "-s", str(script), url]
+    # a request unanswered after 30 s counts as failed (HAProxy's own limits are 120 s); a starting replica takes
+    # the CPU of the others on two cores, so answers may be slow meanwhile, but none may be lost
+    command = [WRK, "-t1", "-c64", "-d600s", "--timeout", "30s", "-s", str(script), url]
     load = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         time.sleep(1)  # the load is under way before the first replica goes

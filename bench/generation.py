@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import shutil
 import statistics
 import tempfile
@@ -113,15 +114,19 @@ def verdict(runs: dict[tuple[str, int], GenerationRun]) -> tuple[float, str]:
     return ratio, "PASS" if ratio >= GOAL else "MISS"
 
 
-def render(runs: dict[tuple[str, int], GenerationRun], seconds: float) -> str:
+def render(runs: dict[tuple[str, int], GenerationRun], seconds: float, load: tuple[float, float] | None = None) -> str:
+    """The section: the table and the verdict; `load`, the 1-minute load average before and after the run."""
     ratio, result = verdict(runs)
+    measured = f" (load average {load[0]:.1f} before, {load[1]:.1f} after)" if load else ""
     lines = [
         MARKERS[0],
         "## Generation (the demo generator, streamed)",
         "",
         f"`python -m bench.generation`: `text_generator` over `/v2/models/<m>/generate_stream`, {MAX_TOKENS} tokens "
         f"at temperature 0 per stream, each stream a closed loop for {seconds:.0f} s; the same weights served with "
-        "continuous batching and one sequence at a time. One run on the shared 2-core machine.",
+        "continuous batching and one sequence at a time (one intra-op torch thread: the server's loop and the "
+        "stub's reader need the other core). The streams are driven by bench.sse_client, which counts events "
+        f"without decoding them. One run on the shared 2-core machine{measured}.",
         "",
         "| batching | streams | tokens/s | median time to first token (ms) | streams finished | failures |",
         "| --- | --- | --- | --- | --- | --- |",
@@ -156,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args(argv)
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="infera-generation-") as folder:
         repository = write_repository(Path(folder) / "models", args.train_seconds)
         spec = infera_spec("uvicorn", free_port(), repository, Path(folder) / "home", "standalone")
@@ -168,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
                     runs[(mode, streams)] = asyncio.run(drive(server.spec.base_url, model, streams, args.seconds))
                     run = runs[(mode, streams)]
                     print(f"{mode:>14} {streams:>3} streams: {run.tokens_per_s:8.0f} tokens/s, TTFT {run.ttft_ms} ms")
-    section = render(runs, args.seconds)
+    section = render(runs, args.seconds, (load_before, os.getloadavg()[0]))
     print(section)
     if not args.no_write:
         write_section(args.out, section)

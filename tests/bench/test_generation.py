@@ -23,8 +23,9 @@ def test_it_judges_the_goal_from_one_and_32_streams():
 def test_it_rewrites_only_its_own_section(tmp_path):
     document = tmp_path / "benchmarks.md"
     document.write_text("# Benchmarks\n\nkept\n")
-    write_section(document, render(runs(100, 900), 10.0))
+    write_section(document, render(runs(100, 900), 10.0, (0.5, 1.2)))
     first = document.read_text()
+    assert "load average 0.5 before, 1.2 after" in first
     assert first.startswith("# Benchmarks\n\nkept\n") and first.count(MARKERS[0]) == 1 and "9.0× — PASS" in first
     write_section(document, render(runs(100, 500), 10.0))
     second = document.read_text()

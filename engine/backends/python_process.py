@@ -126,7 +126,9 @@ class StubProcess:
         try:
             return exchange.ask(header, arrays, timeout)
         except ChannelClosed:
-            raise StubDied(self.dead or self.exit_reason()) from None
+            # noted here, not only by the reader thread: the next request must not be sent to this stub
+            self.dead = self.dead or self.exit_reason()
+            raise StubDied(self.dead) from None
 
     def kill(self, *, wait: bool = True) -> None:
         """End the stub now (a request ran past its deadline, or the server is unloading it); `wait=False` only

@@ -125,6 +125,26 @@ def test_it_moves_back_to_the_thread_when_batches_grow_expensive() -> None:
     assert backend.threads[3] != loop_thread
 
 
+class NamedThreadBackend(CostedBackend):
+    """Notes the OS name of the thread each execution runs on."""
+
+    def execute(self, batch):
+        self.os_names = getattr(self, "os_names", [])
+        self.os_names.append(Path(f"/proc/self/task/{threading.get_native_id()}/comm").read_text().strip())
+        return super().execute(batch)
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="threads' OS names are read from Linux's /proc")
+def test_it_names_its_worker_thread_after_the_instance_in_the_os() -> None:
+    clock = FakeClock()
+    backend = NamedThreadBackend(clock, cost_ns=5_000_000)
+    instance = ModelInstance("a_long_model_name-12-3", backend, inline_below_ns=0, cost_clock=clock)
+    instance.start()
+
+    _loop_thread_of(instance, lambda: _run_batches(instance, 1))
+    assert backend.os_names == ["a_long_model_na"]  # Linux keeps a thread name's first 15 bytes
+
+
 def test_it_runs_inline_only_when_nothing_is_running_on_the_thread() -> None:
     clock = FakeClock()
     backend = CostedBackend(clock, cost_ns=1_000)

@@ -42,15 +42,28 @@ class InferenceRequest:
     stream: Any = None  # an engine.streams.ResponseStream when the model is decoupled
 
 
+@dataclass(slots=True, eq=False)
+class BatchOutputs:
+    """A batch's outputs before they were sliced per request (batch dimension first, rows in request order), so
+    that a codec can encode them once for every request of the batch."""
+
+    arrays: dict[str, np.ndarray]
+    encoded: dict[Any, Any] = field(default_factory=dict)  # a codec's work on the whole batch, by its own keys
+
+
 @dataclass(slots=True)
 class InferenceResponse:
-    """The outputs of one request, in the order the model config lists them."""
+    """The outputs of one request, in the order the model config lists them.
+
+    `rows` says where they come from when they are a batch's rows `start:stop` of `BatchOutputs` (untouched since).
+    """
 
     model_name: str
     model_version: int
     outputs: dict[str, np.ndarray]
     id: str = ""
     parameters: dict[str, Any] = field(default_factory=dict)
+    rows: tuple[BatchOutputs, int, int] | None = None
 
 
 @dataclass(slots=True)

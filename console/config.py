@@ -25,6 +25,7 @@ REDIS_SCHEMES = ("redis", "rediss", "unix")
 INFERENCE_AUTH_CHOICES = ("token", "none", "auto")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 DEFAULT_API_RATE = "600/min"
+MAX_WORKERS = 64
 REPLICA_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 
 
@@ -55,6 +56,7 @@ class InferaSettings:
     replica_name: str = "infera"
     migrate: bool = True  # False: another process (a Kubernetes Job) applies migrations; serve waits for them
     seed_demo: bool = True  # False: serve writes no demo models (a cluster's replicas, production)
+    workers: int = 1  # serving processes on the port (serve --workers); more than 1 shares the cache on disk
     listen_address: str = ""  # host:port `serve` listens on (set by serve, shown among the replicas)
     engine: EngineSettings = field(default_factory=EngineSettings)
 
@@ -134,6 +136,7 @@ def read_settings(environ: Mapping[str, str] | None = None) -> InferaSettings:
         replica_name=replica_name(env_str("INFERA_REPLICA_NAME", environ=env)),
         migrate=env_bool("INFERA_MIGRATE", True, environ=env),
         seed_demo=env_bool("INFERA_SEED_DEMO", True, environ=env),
+        workers=env_int("INFERA_WORKERS", 1, minimum=1, maximum=MAX_WORKERS, environ=env),
         engine=engine,
     )
 

@@ -80,7 +80,7 @@ DATABASES = {"default": database_settings(INFERA.database_url, default_sqlite=IN
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 CHANNEL_LAYERS = channel_layer_settings(INFERA.redis_url, peers_directory=INFERA.var_dir / "peers")
 # the sign-in lockout and the API rate count here: on Redis, shared by every replica (console/shared_cache.py)
-CACHES = cache_settings(INFERA.redis_url)
+CACHES = cache_settings(INFERA.redis_url, workers=INFERA.workers, var_dir=INFERA.var_dir)
 
 # ---- Accounts ----
 AUTH_PASSWORD_VALIDATORS = [

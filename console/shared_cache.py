@@ -1,5 +1,8 @@
 """Django's cache shared by every replica: Redis when REDIS_URL is set, this process's memory while Redis is down.
 
+Without Redis, one process keeps it in memory; the workers of `serve --workers` (INFERA_WORKERS above 1) share a
+folder under var/ instead, so the sign-in lockout and the API rate hold across the workers of one port.
+
 The sign-in lockout (accounts/login_throttle.py) and the API rate (accounts/throttling.py) count in this cache, so
 with Redis they hold across replicas. While Redis does not answer, each call goes to a cache in this process's
 memory instead (limits then hold per replica, as with one process), the outage is logged once, and Redis is tried
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from django.core.cache.backends.locmem import LocMemCache
@@ -18,6 +22,7 @@ from redis.exceptions import RedisError
 
 from console.outages import Outage
 
+WORKER_CACHE_ENTRIES = 10_000  # keys (lockouts, rate windows) kept on disk before Django culls a third of them
 RETRY_SECONDS = 1.0  # while Redis is down, how often a call tries it again
 SOCKET_TIMEOUT_SECONDS = 0.5  # a Redis that does not answer (a partition) costs a call this much, once a second
 # the cache methods that reach Redis (the others, decr and the async forms, are built on these)
@@ -36,8 +41,18 @@ REDIS_METHODS = (
 )
 
 
-def cache_settings(redis_url: str | None) -> dict[str, Any]:
-    """CACHES: the shared cache on Redis when REDIS_URL is set, this process's memory otherwise."""
+def cache_settings(redis_url: str | None, *, workers: int = 1, var_dir: Path | None = None) -> dict[str, Any]:
+    """CACHES: the shared cache on Redis when REDIS_URL is set; else a folder the workers of one port share, or
+    this process's memory when it serves alone."""
+    if redis_url is None and workers > 1 and var_dir is not None:
+        return {
+            "default": {
+                "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+                "LOCATION": str(var_dir / "cache"),
+                "KEY_PREFIX": "infera",
+                "OPTIONS": {"MAX_ENTRIES": WORKER_CACHE_ENTRIES},
+            }
+        }
     if redis_url is None:
         return {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "KEY_PREFIX": "infera"}}
     return {

@@ -37,7 +37,6 @@ from console.peers.identity import worker_name
 logger = logging.getLogger("console.workers")
 
 START_GRACE_SECONDS = 10.0
-MAX_WORKERS = 64
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 PR_SET_PDEATHSIG = 1
 LISTEN_BACKLOG = 2048  # uvicorn's default
@@ -125,7 +124,8 @@ class WorkerSupervisor:
                 signal.signal(sig, handler)  # type: ignore[arg-type]
 
     def _start(self, worker: Worker) -> None:
-        env = {**self.env, "INFERA_REPLICA_NAME": worker.name}
+        # INFERA_WORKERS: a worker's settings know, as Django starts, that it has siblings (the cache they share)
+        env = {**self.env, "INFERA_REPLICA_NAME": worker.name, "INFERA_WORKERS": str(self.count)}
         command = [*self.command, "--worker", str(worker.index), "--workers", str(self.count)]
         # a session of its own: a terminal's Ctrl-C reaches the supervisor only, which passes on exactly one signal
         worker.process = subprocess.Popen(command, env=env, start_new_session=True)

@@ -4,6 +4,10 @@ memory while Redis is down, so that nothing fails with it."""
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from django.core.cache import caches
@@ -11,6 +15,8 @@ from django.core.cache import caches
 from console.accounts import login_throttle
 from console.shared_cache import SharedCache, cache_settings
 from deploy.local import RedisServer
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def replica_cache(server: RedisServer) -> SharedCache:
@@ -21,6 +27,33 @@ def replica_cache(server: RedisServer) -> SharedCache:
 
 def test_it_keeps_the_cache_in_memory_without_redis():
     assert cache_settings(None)["default"]["BACKEND"] == "django.core.cache.backends.locmem.LocMemCache"
+
+
+def in_a_worker(var_dir: Path, code: str) -> str:
+    """Run `code` in a fresh process set up as one of two workers of a port (no Redis), its output."""
+    env = {
+        **os.environ,
+        "INFERA_WORKERS": "2",
+        "INFERA_VAR_DIR": str(var_dir),
+        "INFERA_LOGIN_MAX_FAILURES": "2",
+        "DJANGO_SETTINGS_MODULE": "console.settings",
+    }
+    env.pop("REDIS_URL", None)
+    setup = "import django; django.setup(); from console.accounts import login_throttle as t; "
+    done = subprocess.run(
+        [sys.executable, "-c", setup + code], env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_it_shares_a_folder_between_the_workers_of_one_port_without_redis(tmp_path: Path):
+    assert cache_settings(None, workers=2, var_dir=tmp_path)["default"]["LOCATION"] == str(tmp_path / "cache")
+    in_a_worker(tmp_path, "t.record_failure('mallory', '10.0.0.9'); t.record_failure('mallory', '10.0.0.9')")
+    # another worker process sees the lock
+    assert in_a_worker(tmp_path, "print(t.is_locked('mallory', '10.0.0.9'), t.is_locked('mallory', '10.0.0.10'))") == (
+        "True False"
+    )
 
 
 def test_it_counts_once_for_every_replica(private_redis: RedisServer):

@@ -15,11 +15,12 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from console.config import MAX_WORKERS
 from console.env import env_int, env_str
 from console.first_admin import ensure_admin
 from console.peers.identity import ProcessIdentity
 from console.startup import MigrationsMissing, start_up_lock, wait_for_migrations
-from console.workers import MAX_WORKERS, die_with_supervisor, run_workers
+from console.workers import die_with_supervisor, run_workers
 
 
 class Command(BaseCommand):
@@ -50,8 +51,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--workers",
             type=int,
-            default=1,
-            help="serving processes sharing the port, each with its own engine (default 1; see the README)",
+            default=None,
+            help="serving processes sharing the port, each with its own engine (default: $INFERA_WORKERS or 1)",
         )
         parser.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)  # set by the supervisor
 
@@ -65,7 +66,7 @@ class Command(BaseCommand):
             if not 0 <= options["grpc_port"] < 65536:
                 raise CommandError(f"--grpc-port must be between 0 and 65535, got {options['grpc_port']}")
             infera = infera.replace(grpc=dataclasses.replace(infera.engine.grpc, port=options["grpc_port"]))
-        workers = options["workers"]
+        workers = infera.workers if options["workers"] is None else options["workers"]
         if not 1 <= workers <= MAX_WORKERS:
             raise CommandError(f"--workers must be between 1 and {MAX_WORKERS}, got {workers}")
         if options["worker"] is not None:  # one of a supervisor's workers: the database is prepared

@@ -4,6 +4,7 @@ to Django.
 It owns the process's Runtime (console/runtime.py): started by ASGI lifespan (uvicorn) or on the first connection
 for servers that send no lifespan events (daphne), stopped at shutdown, and placed in every connection's scope.
 Every request and WebSocket is counted in the runtime's Connections, which a graceful shutdown drains.
+Behind a trusted load balancer the scope carries the client's own address and scheme (console/forwarded.py).
 Django is reached through the BodyGate, which refuses oversized and unauthenticated bodies before they are read.
 """
 
@@ -14,6 +15,7 @@ from typing import Any
 
 from console.body_gate import BodyGate
 from console.config import InferaSettings
+from console.forwarded import ForwardedHeaders, trusted_networks
 from console.peers.identity import ProcessIdentity
 from console.runtime import RUNTIME_KEY, Runtime
 
@@ -34,10 +36,18 @@ def is_engine_path(path: str) -> bool:
 class InferaApplication:
     """Routes each connection by type and path, and starts and stops the runtime with the process."""
 
-    def __init__(self, *, django_app: ASGIApp, websocket_app: ASGIApp, runtime: Runtime) -> None:
+    def __init__(
+        self,
+        *,
+        django_app: ASGIApp,
+        websocket_app: ASGIApp,
+        runtime: Runtime,
+        forwarded: ForwardedHeaders | None = None,
+    ) -> None:
         self.django_app = django_app
         self.websocket_app = websocket_app
         self.runtime = runtime
+        self.forwarded = forwarded or ForwardedHeaders(())
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -46,6 +56,7 @@ class InferaApplication:
             return
         await self.runtime.lifespan.on_connection()  # a server that sends no lifespan events (daphne) starts us here
         scope[RUNTIME_KEY] = self.runtime
+        self.forwarded.apply(scope)  # the client's own address behind a trusted load balancer
         connections = self.runtime.connections  # what a graceful shutdown waits for (console/shutdown.py)
         if kind == "websocket":
             await connections.websocket(self.websocket_app, scope, receive, send)
@@ -78,4 +89,5 @@ def build_application(
         django_app=BodyGate(django_app, settings),
         websocket_app=SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
         runtime=Runtime(settings, listen_host=listen_host, identity=identity),
+        forwarded=ForwardedHeaders(trusted_networks(settings.trusted_proxies)),
     )

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from console.env import EnvError, env_bool, env_choice, env_int, env_list, env_path, env_str, env_url
+from console.forwarded import trusted_networks
 from engine.settings import EngineSettings, SettingError, read_engine_settings
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -56,6 +57,7 @@ class InferaSettings:
     replica_name: str = "infera"
     migrate: bool = True  # False: another process (a Kubernetes Job) applies migrations; serve waits for them
     seed_demo: bool = True  # False: serve writes no demo models (a cluster's replicas, production)
+    trusted_proxies: tuple[str, ...] = ()  # peers whose X-Forwarded-For / -Proto are believed (console/forwarded.py)
     workers: int = 1  # serving processes on the port (serve --workers); more than 1 shares the cache on disk
     listen_address: str = ""  # host:port `serve` listens on (set by serve, shown among the replicas)
     engine: EngineSettings = field(default_factory=EngineSettings)
@@ -136,9 +138,18 @@ def read_settings(environ: Mapping[str, str] | None = None) -> InferaSettings:
         replica_name=replica_name(env_str("INFERA_REPLICA_NAME", environ=env)),
         migrate=env_bool("INFERA_MIGRATE", True, environ=env),
         seed_demo=env_bool("INFERA_SEED_DEMO", True, environ=env),
+        trusted_proxies=trusted_proxies(env_list("INFERA_TRUSTED_PROXIES", [], environ=env)),
         workers=env_int("INFERA_WORKERS", 1, minimum=1, maximum=MAX_WORKERS, environ=env),
         engine=engine,
     )
+
+
+def trusted_proxies(items: list[str]) -> tuple[str, ...]:
+    """INFERA_TRUSTED_PROXIES checked: addresses or CIDR networks of the load balancers in front."""
+    try:
+        return tuple(str(network) for network in trusted_networks(items))
+    except ValueError as exc:
+        raise EnvError(f"INFERA_TRUSTED_PROXIES: {exc}") from None
 
 
 def replica_name(raw: str | None) -> str:

@@ -113,6 +113,9 @@ REST_FRAMEWORK = rest_framework_settings(
         "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
         "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
         "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+        # an address is the peer's (a trusted proxy's forwarding is applied before Django, console/forwarded.py);
+        # DRF's default would believe any client's X-Forwarded-For
+        "NUM_PROXIES": 0,
     }
 )
 SPECTACULAR_SETTINGS = {

@@ -86,6 +86,8 @@ def run_uvicorn(
         loop="uvloop",
         http=timed_protocol(http, application.runtime.connections),
         lifespan="on",
+        # forwarding headers are read by the application, from INFERA_TRUSTED_PROXIES only (console/forwarded.py)
+        proxy_headers=False,
         access_log=access_log,
         log_level=infera.log_level.lower(),
         timeout_keep_alive=http.keepalive_seconds,

@@ -26,6 +26,8 @@ defaults
     option redispatch 1
     retries 3
     retry-on conn-failure empty-response
+    # the replicas read the client's address from this (INFERA_TRUSTED_PROXIES names HAProxy's)
+    option forwardfor
 
 frontend infera
     bind {host}:{port}

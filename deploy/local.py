@@ -50,6 +50,7 @@ SET_BY_CLUSTER = (
     "INFERA_ADMIN_PASSWORD",
     "INFERA_GRPC_PORT",
     "INFERA_SEED_DEMO",
+    "INFERA_TRUSTED_PROXIES",
     "HOST",
     "PORT",
     "DJANGO_SETTINGS_MODULE",
@@ -377,6 +378,7 @@ class LocalCluster:
             "INFERA_SECRET_KEY_FILE": str(self.workdir / "secret_key"),
             "INFERA_ADMIN_PASSWORD_FILE": str(self.admin_password_file),
             "INFERA_SEED_DEMO": "true" if self.seed_demo else "false",
+            "INFERA_TRUSTED_PROXIES": "127.0.0.1",  # HAProxy, which says whom it forwards for
             "PYTHONUNBUFFERED": "1",
         }
         return env | self.extra_env

@@ -34,7 +34,8 @@ def window_seconds() -> int:
 
 
 def client_address(request: HttpRequest | None) -> str:
-    """The address the request came from (the peer; proxies are not trusted for this)."""
+    """The address the request came from: the peer, or the client a trusted proxy forwarded for
+    (INFERA_TRUSTED_PROXIES, console/forwarded.py)."""
     if request is None:
         return "unknown"
     return request.META.get("REMOTE_ADDR") or "unknown"

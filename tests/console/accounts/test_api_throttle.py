@@ -26,3 +26,20 @@ def test_it_answers_429_when_a_token_goes_over_its_rate(settings, viewer):
     assert refused.status_code == 429
     assert "Retry-After" in refused.headers
     assert bearer(other_key).get("/api/tokens/").status_code == 200  # counted per token
+
+
+def test_it_counts_an_anonymous_caller_by_its_address_whatever_x_forwarded_for_claims():
+    from django.contrib.auth.models import AnonymousUser
+    from rest_framework.request import Request
+    from rest_framework.test import APIRequestFactory
+
+    from console.accounts.throttling import TokenRateThrottle
+
+    def key_for(claimed: str) -> str:
+        request = Request(APIRequestFactory().get("/api/", REMOTE_ADDR="192.0.2.10", HTTP_X_FORWARDED_FOR=claimed))
+        request.user = AnonymousUser()
+        return TokenRateThrottle().get_cache_key(request, None)
+
+    # a trusted proxy's forwarding is applied before Django (console/forwarded.py); a client's own claim is not
+    assert key_for("203.0.113.1") == key_for("203.0.113.2")
+    assert "192.0.2.10" in key_for("203.0.113.1")

@@ -24,6 +24,7 @@ ALLOWED = {
     "engine.frontend.openai",  # the OpenAI-compatible front end, and how a config declares a text generator
     "engine.monitoring.sampler",
     "engine.monitoring.prometheus",
+    "engine.monitoring.merge",  # several processes' snapshots as the cluster's (the cluster view)
 }
 
 

@@ -90,16 +90,7 @@ class ModelServices:
             return [ModelCallResult(error=_decoupled_call(call.model_name), code=UNSUPPORTED)]
         except InferaError as exc:
             return [ModelCallResult(error=exc.message, code=error_code(exc))]
-        wanted = call.requested_outputs or list(response.outputs)
-        missing = [name for name in wanted if name not in response.outputs]
-        if missing:
-            return [
-                ModelCallResult(
-                    error=f"model '{call.model_name}' has no output(s) {', '.join(map(repr, missing))}",
-                    code=INVALID_ARG,
-                )
-            ]
-        return [ModelCallResult(outputs={name: response.outputs[name] for name in wanted})]
+        return [_requested(call, response.outputs)]
 
     def call_from_thread(self, call: ModelCall) -> concurrent.futures.Future:
         """`call` from a thread that is not the engine's loop (a model instance's worker, a stub reader)."""
@@ -190,12 +181,17 @@ def _stream_result(call: ModelCall, response: StreamedResponse) -> ModelCallResu
     final flag alone)."""
     if response.error is not None:
         return ModelCallResult(error=response.error.message, code=error_code(response.error))
-    outputs = response.outputs or {}
+    return _requested(call, response.outputs) if response.outputs else ModelCallResult()
+
+
+def _requested(call: ModelCall, outputs: dict[str, np.ndarray]) -> ModelCallResult:
+    """The outputs `call` asked for (all of them when it named none), or the error naming those the model lacks."""
     wanted = call.requested_outputs or list(outputs)
-    if outputs and (missing := [name for name in wanted if name not in outputs]):
+    missing = [name for name in wanted if name not in outputs]
+    if missing:
         message = f"model '{call.model_name}' has no output(s) {', '.join(map(repr, missing))}"
         return ModelCallResult(error=message, code=INVALID_ARG)
-    return ModelCallResult(outputs={name: outputs[name] for name in wanted if name in outputs})
+    return ModelCallResult(outputs={name: outputs[name] for name in wanted})
 
 
 def _decoupled_call(model: str) -> str:

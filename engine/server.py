@@ -9,6 +9,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
+from typing import TypeGuard
 
 import orjson
 
@@ -384,7 +385,9 @@ class InferenceServer:
             stream.send(response.outputs, final=True)
             return stream
         state = self.traffic.get(request.model_name)
-        candidate = self._canary_candidate(state, request, served.version)
+        candidate = None
+        if _routed(state, request) and state.policy.mode == "canary":
+            candidate = self._canary_candidate(state, request, served.version)
         stream = request.stream = ResponseStream(started_ns=request.arrival_ns or None)
         if candidate is None:
             stream.model_version = served.version
@@ -399,17 +402,8 @@ class InferenceServer:
         stream.when_final(lambda times: self._guard_stream(state, request.model_name, times))
         return stream
 
-    def _canary_candidate(
-        self, state: TrafficState | None, request: InferenceRequest, active: int
-    ) -> ServedVersion | None:
-        """The version a canary sends a stream that names no version to, when it is not the active one."""
-        if (
-            state is None
-            or state.policy.mode != "canary"
-            or request.model_version is not None
-            or request.sequence_id not in (0, "")
-        ):
-            return None
+    def _canary_candidate(self, state: TrafficState, request: InferenceRequest, active: int) -> ServedVersion | None:
+        """The version a canary sends a request that names no version to, when it is not the active one."""
         version = state.router.choose(request.parameters, active)
         if version == active or not self.model_ready(request.model_name, version):
             return None
@@ -424,12 +418,7 @@ class InferenceServer:
 
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
         state = self.traffic.get(request.model_name)
-        if (
-            state is None
-            or state.policy.mode == "active"
-            or request.model_version is not None
-            or request.sequence_id not in (0, "")  # a sequence stays on one version: the active one
-        ):
+        if not _routed(state, request):
             served = self.manager.route(request)
             if served.config.decoupled and request.stream is None:
                 raise _decoupled_only(request.model_name)
@@ -438,10 +427,10 @@ class InferenceServer:
         if active.config.decoupled:
             raise _decoupled_only(request.model_name)
         if state.policy.mode == "canary":
-            version = state.router.choose(request.parameters, active.version)
-            if version == active.version or not self.model_ready(request.model_name, version):
+            candidate = self._canary_candidate(state, request, active.version)
+            if candidate is None:
                 return await active.infer(request)
-            return await self._on_candidate(state, request, self.manager.get(request.model_name, version))
+            return await self._on_candidate(state, request, candidate)
         response = await active.infer(request)
         target = state.router.shadow_target()
         if target is not None and self.model_ready(request.model_name, target):
@@ -576,4 +565,15 @@ def _decoupled_only(model: str) -> DecoupledOnly:
     return DecoupledOnly(
         f"model '{model}' is decoupled (it sends any number of responses per request): call it through "
         f"POST /v2/models/{model}/generate_stream or gRPC ModelStreamInfer"
+    )
+
+
+def _routed(state: TrafficState | None, request: InferenceRequest) -> TypeGuard[TrafficState]:
+    """Whether a traffic policy picks this request's version: one in force, and a request that names no version
+    outside a sequence (a sequence stays on one version: the active one)."""
+    return (
+        state is not None
+        and state.policy.mode != "active"
+        and request.model_version is None
+        and request.sequence_id in (0, "")
     )

@@ -29,7 +29,7 @@ def fixed_shapes(config: ModelConfig) -> bool:
     return (
         bool(config.input)
         and all(-1 not in t.dims and not t.optional for t in config.input)
-        and not (has_string_tensor(config))
+        and not has_string_tensor(config)
     )
 
 

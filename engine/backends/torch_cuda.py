@@ -14,6 +14,7 @@ from typing import Any
 from engine.backends.base import Device
 from engine.backends.gpu_transfers import fixed_shapes
 from engine.config import ModelConfig
+from engine.settings import FALSE_WORDS
 
 log = logging.getLogger("infera.engine")
 
@@ -24,7 +25,7 @@ WARMUP_RUNS = 2  # eager runs on a side stream before a capture, as torch's docu
 def graphs_wanted(device: Device, config: ModelConfig) -> bool:
     """CUDA graphs on a GPU instance of a model with fixed shapes, unless its config says CUDA_GRAPHS "false"."""
     setting = str(config.parameters.get("CUDA_GRAPHS", "true")).strip().lower()
-    return device.is_gpu and fixed_shapes(config) and setting not in ("false", "0", "no", "off")
+    return device.is_gpu and fixed_shapes(config) and setting not in FALSE_WORDS
 
 
 class CudaGraphs:

@@ -9,9 +9,10 @@ one worker. `LocalPeerLayer` is that in-memory layer until the runtime `join()`s
 owner delivers it to its own groups. Groups named `process.<...>` stay in their process (a worker's own dashboards).
 
 The folder is created owner-only (0700): only this user's processes can send to a worker. A datagram carries one
-message (msgpack, zlib-compressed when large); each peer has an ordered outbox, so a worker that stalls costs its
-peers memory up to OUTBOX_LIMIT messages, never a blocked sender. A peer that went away leaves a socket nobody
-answers: it is skipped until a process binds that name again.
+message (msgpack, zlib-compressed when large), checked before it is delivered: a valid group that is not a
+`process.*` one, a message with a type, at most MAX_MESSAGE bytes once decompressed. Each peer has an ordered
+outbox, so a worker that stalls costs its peers memory up to OUTBOX_LIMIT messages, never a blocked sender. A peer
+that went away leaves a socket nobody answers: it is skipped until a process binds that name again.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
-from channels.layers import InMemoryChannelLayer
+from channels.layers import BaseChannelLayer, InMemoryChannelLayer
 
 logger = logging.getLogger("console.peers")
 
@@ -37,6 +38,7 @@ PROCESS_GROUP_PREFIX = "process."  # groups that never leave their process
 SOCKET_SUFFIX = ".sock"
 MAX_DATAGRAM = 4 * 1024 * 1024  # the kernel's usual wmem_max: a larger message is dropped and logged
 COMPRESS_ABOVE = 16 * 1024
+MAX_MESSAGE = 16 * MAX_DATAGRAM  # decompressed: a datagram that inflates past this is refused, not unpacked
 OUTBOX_LIMIT = 256
 MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes with the terminating NUL
 _PLAIN, _ZLIB = b"m", b"z"
@@ -55,14 +57,25 @@ def encode(group: str, message: dict[str, Any]) -> bytes:
 
 
 def decode(datagram: bytes) -> tuple[str, dict[str, Any]]:
+    """A peer's [group, message]; ValueError for anything else, before it reaches a group."""
     kind, body = datagram[:1], datagram[1:]
     if kind == _ZLIB:
-        body = zlib.decompress(body)
+        inflater = zlib.decompressobj()
+        body = inflater.decompress(body, MAX_MESSAGE)
+        if inflater.unconsumed_tail:
+            raise ValueError(f"a peer message inflates past {MAX_MESSAGE} bytes")
     elif kind != _PLAIN:
         raise ValueError(f"not a peer message (kind {kind!r})")
-    group, message = msgpack.unpackb(body, raw=False)
-    if not isinstance(group, str) or not isinstance(message, dict):
+    unpacked = msgpack.unpackb(body, raw=False)
+    if not isinstance(unpacked, list) or len(unpacked) != 2:
         raise ValueError("a peer message is [group, message]")
+    group, message = unpacked
+    if not isinstance(group, str) or not isinstance(message, dict) or not isinstance(message.get("type"), str):
+        raise ValueError("a peer message is [group, message], the message with a type")
+    if len(group) >= BaseChannelLayer.MAX_NAME_LENGTH or not BaseChannelLayer.group_name_regex.match(group):
+        raise ValueError(f"a peer message names no valid group: {group[:100]!r}")
+    if group.startswith(PROCESS_GROUP_PREFIX):
+        raise ValueError(f"group {group!r} stays in its process: no peer sends to it")
     return group, message
 
 

@@ -6,12 +6,22 @@ import asyncio
 import os
 import socket
 import tempfile
+import zlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import msgpack
 import pytest
 
-from console.peers.layer import OUTBOX_LIMIT, LocalPeerLayer, decode, encode, process_group, socket_folder
+from console.peers.layer import (
+    MAX_MESSAGE,
+    OUTBOX_LIMIT,
+    LocalPeerLayer,
+    decode,
+    encode,
+    process_group,
+    socket_folder,
+)
 
 GROUP = "registry"
 
@@ -147,3 +157,27 @@ def test_it_moves_sockets_out_of_a_folder_too_deep_for_unix_socket_paths():
     moved = socket_folder(deep)
     assert moved != deep and len(str(moved)) < 60
     assert socket_folder(deep) == moved  # the same folder for every worker of that var/
+
+
+async def test_it_refuses_hostile_datagrams_before_any_group_hears_them(pair):
+    first, second = pair
+    local, shared = await member(second, process_group("metrics")), await member(second)
+    hostile = [
+        encode(process_group("metrics"), {"type": "metrics.snapshot", "text": "forged"}),  # a process group
+        encode("not a group!", {"type": "registry.changed"}),  # a name Channels refuses
+        encode(GROUP, {"model": "simple"}),  # a message without a type
+        b"m" + msgpack.packb(["registry", {"type": "x"}, "extra"]),
+        b"m" + msgpack.packb("registry"),
+        b"z" + zlib.compress(msgpack.packb([GROUP, {"type": "x", "text": "0" * (MAX_MESSAGE + 1)}])),  # inflates past
+    ]
+    sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        for datagram in hostile:
+            sender.sendto(datagram, str(second.endpoint.path))
+    finally:
+        sender.close()
+    await first.group_send(GROUP, {"type": "registry.changed", "model": "after"})
+    assert (await asyncio.wait_for(second.receive(shared), 5))["model"] == "after"  # the worker goes on
+    assert second.endpoint.unreadable == len(hostile) and second.endpoint.received == 1
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(second.receive(local), 0.2)

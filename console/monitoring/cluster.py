@@ -7,6 +7,10 @@ newest of each one still reporting over its own (engine/monitoring/merge.py): th
 dashboards receive, with `replicas` listing each process's own figures and devices. A dashboard can narrow the view
 to one replica, whichever process its socket landed on.
 
+What another process sent is checked before it is kept (a replica name, a pid, a snapshot with the fields and types
+the merge reads, /metrics families the exposition can hold): a malformed message is refused alone and counted, never
+part of a merge.
+
 A process silent for GONE_AFTER_INTERVALS samples leaves the totals (it stopped, or cannot reach the layer); it stays
 a choice of the replica filter until its last snapshot leaves the backlog. With the in-memory layer and no workers
 there is nobody to hear: the view is off and dashboards get the process's own snapshots, as before.
@@ -27,9 +31,11 @@ from typing import Any
 
 import orjson
 
+from console.config import REPLICA_NAME
 from console.outages import Outage, is_idle_wait
 from console.peers.identity import ProcessIdentity
-from engine.monitoring.merge import merge_figures, merge_snapshots
+from engine.monitoring.merge import check_snapshot, merge_figures, merge_snapshots
+from engine.monitoring.prometheus import check_families
 from engine.monitoring.sampler import BACKLOG_SECONDS, MetricsSampler, Snapshot
 
 logger = logging.getLogger("console.monitoring")
@@ -91,8 +97,9 @@ class ClusterView:
         return [peer for _, peer in sorted(self.peers.items()) if now - peer.seen_at <= self.gone_after]
 
     def add_peer(self, message: dict[str, Any]) -> None:
-        """A snapshot another process published (ours, coming back through the layer, is ignored)."""
-        name, pid = message["name"], int(message["pid"])
+        """A snapshot another process published (ours, coming back through the layer, is ignored); ValueError, and
+        nothing kept, when the message is malformed."""
+        name, replica, pid = _sender(message)
         if name == self.identity.name:
             if pid != os.getpid() and pid not in self._twins_warned:
                 self._twins_warned.add(pid)
@@ -102,19 +109,25 @@ class ClusterView:
                     name,
                 )
             return
-        text = message["text"].encode() if isinstance(message["text"], str) else message["text"]
-        snapshot = orjson.loads(text)
+        text = message.get("text")
+        if not isinstance(text, str | bytes):
+            raise ValueError("a cluster snapshot's text must be JSON")
+        text = text.encode() if isinstance(text, str) else text
+        snapshot = check_snapshot(orjson.loads(text))
+        metrics = message.get("metrics")
+        if metrics is not None:
+            check_families(metrics)
         now = self.clock()
         peer = self.peers.get(name)
         if peer is None or peer.pid != pid:  # new, or restarted: its history starts again
-            peer = self.peers[name] = Peer(name, message.get("replica") or name, pid, now, snapshot)
+            peer = self.peers[name] = Peer(name, replica, pid, now, snapshot)
         peer.seen_at, peer.latest = now, snapshot
         peer.snapshots.append((snapshot["t"], text))
         if "minute" in snapshot:
             peer.minutes[snapshot["minute"]["t"]] = snapshot["minute"]
         if "hour" in snapshot:
             peer.hour = snapshot["hour"]
-        peer.metrics = message.get("metrics")
+        peer.metrics = metrics
         self._trim(peer.snapshots, snapshot["t"])
         for t in [t for t in peer.minutes if t < snapshot["t"] - 3_600_000]:
             del peer.minutes[t]
@@ -219,6 +232,18 @@ class ClusterView:
         }
 
 
+def _sender(message: dict[str, Any]) -> tuple[str, str, int]:
+    """The name, replica and pid a cluster message says it came from; ValueError unless each is one."""
+    name, pid = message.get("name"), message.get("pid")
+    replica = message.get("replica") or name
+    for value in (name, replica):
+        if not isinstance(value, str) or not REPLICA_NAME.fullmatch(value):
+            raise ValueError(f"a cluster snapshot from {str(value)[:100]!r}, which is not a replica name")
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        raise ValueError(f"a cluster snapshot from {name} with the pid {str(pid)[:20]!r}")
+    return name, replica, pid
+
+
 def _window(kept: deque[tuple[int, bytes]], seconds: float | None) -> list[Snapshot]:
     if not kept:
         return []
@@ -247,6 +272,7 @@ class ClusterListener:
         self.view = view
         self.layer = layer
         self.outage = Outage("the channel layer (cluster view)")
+        self.refused = 0  # malformed messages heard
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -290,6 +316,10 @@ class ClusterListener:
                 if message.get("type") == MESSAGE_TYPE:
                     try:
                         self.view.add_peer(message)
+                    except ValueError as exc:  # a malformed message: refused alone, logged now and then
+                        self.refused += 1
+                        if self.refused == 1 or self.refused % 100 == 0:
+                            logger.warning("%d cluster snapshots refused; the last: %s", self.refused, exc)
                     except Exception:  # noqa: BLE001 - one unreadable snapshot must not end the view
                         logger.exception("a cluster snapshot could not be read")
         finally:

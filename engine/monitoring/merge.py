@@ -5,7 +5,8 @@ newest of each over one another. A model version's entries combine as the engine
 pending requests, batch sizes, sequences and streams add up; per-request means (latency, queue, compute) are weighted
 by each engine's successes; percentiles are the slowest engine's, which bounds the cluster's from above (the exact
 figure would need every request's duration). The minute and hour figures of engine/monitoring/history.py combine
-the same way (`merge_figures`).
+the same way (`merge_figures`). A snapshot that came from another process is checked first (`check_snapshot`): a
+malformed one is refused alone instead of breaking every merge it would take part in.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def merge_entries(entries: Sequence[Entry]) -> Entry:
     for field in WEIGHTED:
         merged[field] = _weighted((e.get(field), e.get("success_per_s") or 0.0) for e in entries)
     latencies = [e["latency_ms"] for e in entries if e.get("latency_ms")]
-    merged["latency_ms"] = {p: max(each[p] for each in latencies) for p in latencies[0]} if latencies else None
+    merged["latency_ms"] = {p: max(e[p] for e in latencies if p in e) for p in latencies[0]} if latencies else None
     merged["batch_sizes"] = _added(e.get("batch_sizes") for e in entries)
     merged["protocols"] = {name: round(rate, 3) for name, rate in _added(e.get("protocols") for e in entries).items()}
     sequences = [e["sequences"] for e in entries if e.get("sequences")]
@@ -150,3 +151,81 @@ def _order(key: str) -> tuple[int, Any]:
 def _slowest(values: Iterable[float | None]) -> float | None:
     present = [value for value in values if value is not None]
     return max(present) if present else None
+
+
+def check_snapshot(snapshot: Any) -> Snapshot:
+    """`snapshot` (another engine's, as it arrived) when it holds what merging reads, with the types it needs;
+    ValueError naming the first field that does not."""
+    _expect(isinstance(snapshot, dict), "snapshot", "an object")
+    _expect(_is_int(snapshot.get("t")), "t", "a time in ms")
+    _expect(isinstance(snapshot.get("devices"), dict), "devices", "an object")
+    _check_server(snapshot.get("server"), "server")
+    models = snapshot.get("models")
+    _expect(isinstance(models, list), "models", "a list")
+    for entry in models:
+        _check_entry(entry)
+    for key in ("minute", "hour"):
+        if key in snapshot:
+            check_figures(snapshot[key], key)
+    if "minute" in snapshot:
+        _expect(_is_int(snapshot["minute"].get("t")), "minute.t", "a time in ms")
+    return snapshot
+
+
+def check_figures(figures: Any, where: str) -> None:
+    """A minute's or an hour's figures as `merge_figures` reads them; ValueError naming the field."""
+    _check_server(figures, where)
+    _expect(_is_number(figures.get("seconds")), f"{where}.seconds", "a number")
+    models = figures.get("models", {})
+    _expect(isinstance(models, dict), f"{where}.models", "an object")
+    for name, numbers in models.items():
+        _expect(isinstance(numbers, dict), f"{where}.models.{name}", "an object")
+        _expect(_is_number(numbers.get("requests_per_s")), f"{where}.models.{name}.requests_per_s", "a number")
+        for field in ("error_rate", "p99_ms"):
+            _expect(_is_optional_number(numbers.get(field)), f"{where}.models.{name}.{field}", "a number or null")
+
+
+def _check_server(server: Any, where: str) -> None:
+    _expect(isinstance(server, dict), where, "an object")
+    for field in ("requests_per_s", "failures_per_s"):
+        _expect(_is_number(server.get(field)), f"{where}.{field}", "a number")
+    _expect(_is_optional_number(server.get("p99_ms")), f"{where}.p99_ms", "a number or null")
+
+
+def _check_entry(entry: Any) -> None:
+    _expect(isinstance(entry, dict), "models[]", "an object")
+    _expect(isinstance(entry.get("name"), str) and _is_int(entry.get("version")), "models[]", "a name and a version")
+    where = f"models[{entry['name'][:64]!r} {entry['version']}]"
+    _expect(_is_number(entry.get("success_per_s")), f"{where}.success_per_s", "a number")
+    for field in SUMMED + WEIGHTED:
+        _expect(_is_optional_number(entry.get(field)), f"{where}.{field}", "a number or null")
+    for field in ("latency_ms", "batch_sizes", "protocols", "sequences"):
+        _expect(_is_numbers(entry.get(field)), f"{where}.{field}", "an object of numbers or null")
+    streams = entry.get("streams")
+    if streams is not None:
+        _expect(isinstance(streams, dict), f"{where}.streams", "an object or null")
+        for field in ("in_flight", "responses_per_s"):
+            _expect(_is_number(streams.get(field)), f"{where}.streams.{field}", "a number")
+        for field in ("first_response_ms", "between_responses_ms"):
+            _expect(_is_optional_number(streams.get(field)), f"{where}.streams.{field}", "a number or null")
+
+
+def _expect(ok: bool, field: str, what: str) -> None:
+    if not ok:
+        raise ValueError(f"snapshot field '{field}' must be {what}")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _is_optional_number(value: Any) -> bool:
+    return value is None or _is_number(value)
+
+
+def _is_numbers(value: Any) -> bool:
+    return value is None or (isinstance(value, dict) and all(_is_number(v) for v in value.values()))

@@ -8,10 +8,11 @@ declared names. prometheus_client's parser reads the result back (tests/engine/m
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client.metrics_core import Metric
+from prometheus_client.metrics_core import METRIC_TYPES, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
@@ -68,6 +69,40 @@ _STALE_INTERVALS = 3
 # what each worker of `serve --workers` publishes of its families: [name, type, help, [[sample, labels, value]]]
 FamilyData = list[Any]
 WorkerFamilies = Callable[[], list[tuple[str, list[FamilyData]]]]
+_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+
+
+def check_families(data: Any) -> list[FamilyData]:
+    """Another worker's families (`families_data`, as they arrived) when every name, type, label and value is one
+    the exposition can hold; ValueError naming the first that is not (a bad one would break every scrape)."""
+    if not isinstance(data, list):
+        raise ValueError("worker families must be a list")
+    for family in data:
+        if not (isinstance(family, list) and len(family) == 4):
+            raise ValueError("a worker family is [name, type, help, samples]")
+        name, kind, documentation, samples = family
+        if not (isinstance(name, str) and _METRIC_NAME.fullmatch(name)):
+            raise ValueError(f"not a metric name: {str(name)[:100]!r}")
+        if kind not in METRIC_TYPES or not isinstance(documentation, str) or not isinstance(samples, list):
+            raise ValueError(f"family {name}: a type, a help text and a list of samples")
+        for sample in samples:
+            _check_sample(name, sample)
+    return data
+
+
+def _check_sample(family: str, sample: Any) -> None:
+    if not (isinstance(sample, list) and len(sample) == 3):
+        raise ValueError(f"family {family}: a sample is [name, labels, value]")
+    name, labels, value = sample
+    if not (isinstance(name, str) and name.startswith(family) and _METRIC_NAME.fullmatch(name)):
+        raise ValueError(f"family {family}: not one of its sample names: {str(name)[:100]!r}")
+    if not isinstance(labels, dict) or not all(
+        isinstance(k, str) and _LABEL_NAME.fullmatch(k) and isinstance(v, str) for k, v in labels.items()
+    ):
+        raise ValueError(f"family {family}: labels are names and text")
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise ValueError(f"family {family}: a sample's value is a number")
 
 
 class EngineCollector(Collector):

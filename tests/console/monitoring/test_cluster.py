@@ -125,6 +125,28 @@ def test_it_ignores_its_own_snapshots_coming_back_and_warns_of_a_namesake(clock,
     assert "also named 'host-w0'" in caplog.text
 
 
+def test_it_refuses_a_malformed_message_alone_and_merges_the_others(clock, view, here, there):
+    good = there.sample()
+    model = good["models"][0]
+    forged_family = ["nv_inference_count", "counter", "", [["nv_inference_count\nforged 1", {}, 1]]]
+    for hostile in [
+        there.message(good) | {"name": "host w1\n"},
+        there.message(good) | {"replica": "../../etc"},
+        there.message(good) | {"pid": "1"},
+        there.message(good) | {"text": "not json"},
+        there.message(good) | {"text": orjson.dumps(good | {"server": None}).decode()},
+        there.message(good) | {"text": orjson.dumps(good | {"models": [model | {"success_per_s": "8"}]}).decode()},
+        there.message(good, metrics=[forged_family]),
+    ]:
+        with pytest.raises(ValueError):
+            view.add_peer(hostile)
+    assert view.peers == {}
+    there.serve(2)
+    merged = tick(clock, view, here, there)  # the well-formed go on being merged
+    assert [r["name"] for r in merged["replicas"]] == ["host-w0", "host-w1"]
+    assert merged["models"][0]["success_count"] == 2
+
+
 def test_it_waits_for_the_others_to_close_a_minute_before_merging_it(clock, view, here, there):
     clock.now = 60 * 1000 - 2.5  # the minute ends 2.5 s from now
     tick(clock, view, here, there)
@@ -156,10 +178,11 @@ def test_it_does_not_hold_a_minute_back_for_long_for_a_process_that_never_closes
 
 def test_it_hands_the_metrics_of_this_replicas_live_workers_only(clock, view, here, there):
     elsewhere = Process(ProcessIdentity.single("other-replica"), clock)
-    view.own_metrics = [["ours"]]  # this worker's, as it published them
-    view.add_peer(there.message(there.sample(), [["theirs"]]))
-    view.add_peer(elsewhere.message(elsewhere.sample(), [["not ours"]]))
-    assert view.worker_metrics() == [("host-w0", [["ours"]]), ("host-w1", [["theirs"]])]
+    ours, theirs, not_ours = ([[name, "counter", "", []]] for name in ("ours", "theirs", "not_ours"))
+    view.own_metrics = ours  # this worker's, as it published them
+    view.add_peer(there.message(there.sample(), theirs))
+    view.add_peer(elsewhere.message(elsewhere.sample(), not_ours))
+    assert view.worker_metrics() == [("host-w0", ours), ("host-w1", theirs)]
 
 
 @pytest.mark.django_db(transaction=True)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from engine.monitoring.merge import merge_entries, merge_figures, merge_snapshots
+from engine.monitoring.merge import check_snapshot, merge_entries, merge_figures, merge_snapshots
 
 
 def entry(name: str = "simple", version: int = 1, **numbers) -> dict:
@@ -113,3 +115,23 @@ def test_it_merges_minutes_and_hours():
     assert merged["requests_per_s"] == 40.0 and merged["error_rate"] == 0.075 and merged["p99_ms"] == 9.0
     assert merged["models"]["a"] == {"requests_per_s": 40.0, "error_rate": 0.075, "p99_ms": 9.0}
     assert merged["models"]["b"] == {"requests_per_s": 0.0, "error_rate": None, "p99_ms": None}
+
+
+def test_it_checks_another_engines_snapshot_for_what_merging_reads():
+    good = snapshot(1000, entry(), entry("other", streams={"in_flight": 1, "responses_per_s": 2.0}))
+    assert check_snapshot(good) is good
+    for bad, field in [
+        ([], "snapshot"),
+        ({**good, "t": "1000"}, "t"),
+        ({**good, "server": None}, "server"),
+        ({**good, "models": [entry(success_per_s="10")]}, "success_per_s"),
+        ({**good, "models": [entry(latency_ms={"p99": "3"})]}, "latency_ms"),
+        ({**good, "models": [entry(streams={"in_flight": 1})]}, "streams.responses_per_s"),
+        ({**good, "minute": {"requests_per_s": 1.0, "failures_per_s": 0.0, "seconds": 60}}, "minute.t"),
+        ({**good, "hour": {"requests_per_s": 1.0, "failures_per_s": 0.0, "seconds": 60, "models": []}}, "hour.models"),
+    ]:
+        with pytest.raises(ValueError, match=rf"[.']{re.escape(field)}' must"):
+            check_snapshot(bad)
+    # percentiles named differently on one engine take nothing from the others
+    merged = merge_entries([entry(latency_ms={"p50": 1.0}), entry()])
+    assert merged["latency_ms"] == {"p50": 1.0}

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from engine.errors import BackendError
 from engine.monitoring.devices import DeviceSampler
-from engine.monitoring.prometheus import CONTENT_TYPE, MetricsApp
+from engine.monitoring.prometheus import CONTENT_TYPE, MetricsApp, check_families
 from engine.monitoring.sampler import MetricsSampler
 from engine.server import InferenceServer
 from tests.engine.monitoring.doubling_model import doubler_request, write_doubler
@@ -143,6 +144,25 @@ async def test_it_answers_every_workers_series_labelled_and_the_hosts_devices_on
     assert sum(s.value for s in count.samples) == 22  # what sum by (model) shows: the replica's total
     assert [s.labels for s in found["nv_cpu_utilization"].samples] == [{}]  # the host's, not a worker's
     assert text.count("# TYPE nv_inference_count counter") == 1
+
+
+async def test_it_checks_another_workers_families_before_answering_with_them(server):
+    await server.infer(doubler_request(1.0, batch=2))
+    own = orjson.loads(orjson.dumps(MetricsApp(server).collector.families_data()))  # as they travel
+    assert check_families(own) == own
+    sample = ["nv_inference_count", {"model": "doubler"}, 2]
+    for bad in [
+        {"nv_inference_count": []},
+        [["nv inference count", "counter", "", []]],
+        [["nv_inference_count", "total", "", []]],
+        [["nv_inference_count", "counter", "", [["nv_inference_count\nforged_metric", {}, 1]]]],
+        [["nv_inference_count", "counter", "", [["other_metric", {}, 1]]]],
+        [["nv_inference_count", "counter", "", [[sample[0], {"model\n": "doubler"}, 2]]]],
+        [["nv_inference_count", "counter", "", [[sample[0], {"model": 1}, 2]]]],
+        [["nv_inference_count", "counter", "", [[sample[0], sample[1], "2"]]]],
+    ]:
+        with pytest.raises(ValueError):
+            check_families(bad)
 
 
 async def test_it_answers_with_its_own_engine_until_the_workers_have_published(server):

@@ -12,6 +12,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from django.db.models import Q
 from django.utils import timezone
 
 from console.cluster.models import FORGOTTEN_AFTER, GONE_AFTER_BEATS, Replica, VersionOnReplica
@@ -31,8 +32,8 @@ def beat(name: str, address: str, interval: float, started_at: datetime.datetime
             "stopped_at": None,
         },
     )
-    Replica.objects.filter(expires_at__lt=now - FORGOTTEN_AFTER).delete()
-    Replica.objects.filter(stopped_at__lt=now - FORGOTTEN_AFTER).delete()
+    forgotten = now - FORGOTTEN_AFTER
+    Replica.objects.filter(Q(expires_at__lt=forgotten) | Q(stopped_at__lt=forgotten)).delete()
     return replica
 
 

@@ -74,6 +74,7 @@ class Dispatcher:
         self._flights: deque[Flight] = deque()
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop it started on, which its futures belong to
         self._running = 0  # batches handed to instances and not answered
         self._idle_again = asyncio.Event()  # set when nothing is running, for stop()
         self._idle_again.set()
@@ -81,7 +82,8 @@ class Dispatcher:
         self.batch_cores = (cores or usable_cores()) - 1
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"dispatch-{self.name}-{self.version}")
+        self._loop = asyncio.get_running_loop()
+        self._task = self._loop.create_task(self._run(), name=f"dispatch-{self.name}-{self.version}")
 
     @property
     def queued(self) -> int:
@@ -97,12 +99,12 @@ class Dispatcher:
             request.arrival_ns = now
         lane = self.lanes[0]
         batcher = lane.batcher
-        loop = asyncio.get_running_loop()
-        pending = PendingRequest(request, loop.create_future(), now, batcher.key_of(request))
+        loop = self._loop or asyncio.get_running_loop()
+        pending = PendingRequest(request, loop.create_future(), now, () if batcher.uniform else batcher.key_of(request))
         if request.trace is not None:
             request.trace.mark("QUEUE_START", now)
         batcher.add(pending, now)
-        self.stats.pending = len(batcher)
+        self.stats.pending = batcher.size
         if lane.idle:
             # an idle instance takes the batch on the loop's next turn: requests that arrive in this turn (callers
             # answered by the last batch) join it, and no hop through the dispatcher task is needed
@@ -186,21 +188,24 @@ class Dispatcher:
             for p in requests:
                 self._fail(p, error)
             return
-        outputs, times = result
+        outputs, times, whole = result
         done = time.monotonic_ns()
         stats = self.stats
         stats.record_batch(flight.batch.size, times, len(requests))
         name, version = self.name, self.version
+        row = 0
         for p, out in zip(requests, outputs, strict=True):
+            request = p.request
+            start, row = row, row + request.batch_size
             if p.future.done():
                 continue
-            request = p.request
             if request.trace is not None:
                 _mark_compute(request.trace, flight.start_ns, times)
             if isinstance(out, InferaError):  # this request's own error (a python model's error response)
                 self._fail(p, out)
                 continue
-            p.future.set_result(InferenceResponse(name, version, out, request.id))
+            rows = (whole, start, row) if whole is not None else None
+            p.future.set_result(InferenceResponse(name, version, out, request.id, rows=rows))
             if request.stream is not None:  # a decoupled model's request is done at its final response
                 if stats.streams is not None:
                     stats.streams.opened()

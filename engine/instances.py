@@ -14,10 +14,11 @@ from typing import Any
 
 from engine.backends.base import Backend
 from engine.stats import ComputeTimes
-from engine.types import InferenceRequest
+from engine.types import BatchOutputs, InferenceRequest
 
 _STOP = object()
-# a batch's answer: (per-request outputs, ComputeTimes) and None, or None and the error it failed with
+# a batch's answer: (per-request outputs, ComputeTimes, BatchOutputs or None) and None, or None and the error it
+# failed with
 BatchDone = Callable[[Any, BaseException | None], None]
 # a batch runs on the event loop itself, with no hand-off to the worker thread and back, when its instance is idle
 # and the CPU time of the instance's executions averages under this: about what the hand-off costs (a queue put,
@@ -72,6 +73,7 @@ class ModelInstance:
         self.inline_below_ns = inline_below_ns if backend.runs_on_loop and not backend.device.is_gpu else 0
         self.execute_ns: float | None = None  # running average of executions' CPU time; None before the first
         self._on_thread = 0  # jobs handed to the worker thread and not finished
+        self._slices_rows = type(backend).split is Backend.split
 
     @property
     def device(self):
@@ -95,7 +97,8 @@ class ModelInstance:
         return average is not None and average < self.inline_below_ns and not self._on_thread
 
     def run(self, requests: list[InferenceRequest], batch_sizes: list[int], done: BatchDone) -> bool:
-        """Run one batch and call `done(result, error)` on the event loop with (per-request outputs, ComputeTimes).
+        """Run one batch and call `done(result, error)` on the event loop with (per-request outputs, ComputeTimes,
+        the batch's outputs before the split when they were sliced by rows, else None).
 
         Inline, `done` has been called when this returns True; on the thread it is called later, from the loop,
         with no future in between (the dispatcher's hot path). A backend may answer one request of the batch with
@@ -114,12 +117,12 @@ class ModelInstance:
         return False
 
     def execute(self, requests: list[InferenceRequest], batch_sizes: list[int]) -> asyncio.Future:
-        """Run one batch; the future gives (per-request outputs, ComputeTimes), as `run` passes them to `done`."""
+        """Run one batch; the future gives (per-request outputs, ComputeTimes)."""
         future = asyncio.get_running_loop().create_future()
 
         def done(result: Any, error: BaseException | None) -> None:
             if not future.done():
-                future.set_exception(error) if error is not None else future.set_result(result)
+                future.set_exception(error) if error is not None else future.set_result(result[:2])
 
         self.run(requests, batch_sizes, done)
         return future
@@ -134,12 +137,14 @@ class ModelInstance:
         t2 = time.perf_counter_ns()
         outputs = backend.split(raw, batch_sizes)
         t3 = time.perf_counter_ns()
+        # the default split slices every output by rows, in request order: the batch's outputs stay whole beside it
+        whole = BatchOutputs(raw) if self._slices_rows and len(batch_sizes) > 1 else None
         # the cost is this thread's CPU time, not the wall clock: on the worker thread the wall clock also counts
         # the waits for the GIL that the event loop holds, which running on the loop would not have
         cost = self._cost_clock() - cost_start
         average = self.execute_ns
         self.execute_ns = cost if average is None else average + EXECUTE_EWMA_WEIGHT * (cost - average)
-        return outputs, ComputeTimes(t1 - t0, t2 - t1, t3 - t2)
+        return outputs, ComputeTimes(t1 - t0, t2 - t1, t3 - t2), whole
 
     def _work(self) -> None:
         name_os_thread(self.name)

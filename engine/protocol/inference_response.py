@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -12,12 +13,13 @@ from engine.errors import InvalidArgument
 from engine.protocol.classification import classify
 from engine.protocol.inference_request import shared_memory_view
 from engine.protocol.tensors import BINARY_ONLY_TYPES, array_to_binary, bytes_to_json_data
-from engine.types import InferenceRequest, InferenceResponse
+from engine.types import BatchOutputs, InferenceRequest, InferenceResponse
 
 if TYPE_CHECKING:
     from engine.shared_memory import SharedMemoryRegistry
 
 _JSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
+_NOT_PLAIN = object()  # a batch output the plain path cannot write (BYTES, FP16, a dtype orjson refuses)
 
 
 def encode_infer_response(
@@ -34,6 +36,10 @@ def encode_infer_response(
     and BF16 are always binary, as is a BYTES output that is not valid UTF-8. `batched` says whether the
     model batches (max_batch_size > 0), which shapes classification results.
     """
+    if request is not None:
+        plain = plain_json_body(response, request)
+        if plain is not None:
+            return plain, None
     binary_default = bool(request.parameters.get("binary_data_output", False)) if request else False
     selection = selected_outputs(response, request, binary_default, batched)
     outputs: list[dict[str, Any]] = []
@@ -132,3 +138,102 @@ def _json_fallback(value: Any) -> Any:
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
     raise TypeError(f"cannot serialize {type(value).__name__} to JSON")
+
+
+def plain_json_body(response: InferenceResponse, request: InferenceRequest) -> bytes | None:
+    """The usual answer, every output as JSON `data` and no parameters, written from pieces; None for any other.
+
+    The bytes are those `encode_infer_response`'s document gives (same keys, same order, orjson's numbers). When the
+    response's outputs are rows of a batch, each output of the whole batch is serialized once and every request of
+    the batch takes its own rows' text (one orjson call per output and batch instead of a document per request).
+    """
+    if response.parameters or request.parameters.get("binary_data_output"):
+        return None
+    outputs = response.outputs
+    requested = request.requested_outputs
+    if requested is None:
+        names = list(outputs)
+    else:
+        names = []
+        for output in requested:
+            if output.parameters:  # binary data, classification, shared memory: the general path
+                return None
+            if output.name in outputs:
+                names.append(output.name)
+    rows = response.rows
+    entries = []
+    for name in names:
+        entry = _batch_rows_entry(name, *rows) if rows is not None else None
+        if entry is None:
+            entry = _plain_entry(name, outputs[name])
+            if entry is None:
+                return None
+        entries.append(entry)
+    request_id = response.id or request.id
+    head = _document_head(response.model_name, response.model_version)
+    if request_id:
+        head += b',"id":' + orjson.dumps(request_id)
+    return b"".join((head, b',"outputs":[', b",".join(entries), b"]}"))
+
+
+@functools.lru_cache(maxsize=1024)
+def _document_head(model_name: str, model_version: int) -> bytes:
+    return b'{"model_name":' + orjson.dumps(model_name) + b',"model_version":' + orjson.dumps(str(model_version))
+
+
+def _plain_entry(name: str, array: np.ndarray) -> bytes | None:
+    """One output's JSON entry on its own, or None when it is not plain JSON."""
+    array = np.asarray(array)
+    datatype = wire_type_of(array)
+    if datatype == "BYTES" or datatype in BINARY_ONLY_TYPES:
+        return None
+    try:
+        data = orjson.dumps(np.ascontiguousarray(array).reshape(-1), option=_JSON_OPTIONS)
+    except orjson.JSONEncodeError:
+        return None
+    return _entry_head(name, datatype, array.shape) + data + b"}"
+
+
+def _batch_rows_entry(name: str, batch: BatchOutputs, start: int, stop: int) -> bytes | None:
+    """One output's JSON entry from rows `start:stop` of the batch's output, serialized once for the batch."""
+    encoded = batch.encoded.get(name)
+    if encoded is None:
+        encoded = batch.encoded[name] = _encode_rows(batch.arrays.get(name))
+    if encoded is _NOT_PLAIN:
+        return None
+    datatype, shape, rows = encoded
+    count = stop - start
+    key = (name, count)
+    head = batch.encoded.get(key)
+    if head is None:
+        head = batch.encoded[key] = _entry_head(name, datatype, (count, *shape))
+    if rows is None:
+        return head + b"[]}"
+    return b"".join((head, b"[", b",".join(rows[start:stop]), b"]}"))
+
+
+def _encode_rows(array: np.ndarray | None) -> tuple[str, tuple[int, ...], list[bytes] | None] | object:
+    """(datatype, shape after the batch dimension, each row's JSON numbers or None when rows are empty) of a whole
+    batch output."""
+    if array is None or array.ndim == 0:
+        return _NOT_PLAIN
+    datatype = wire_type_of(array)
+    if datatype == "BYTES" or datatype in BINARY_ONLY_TYPES:
+        return _NOT_PLAIN
+    if not array.size:
+        return datatype, array.shape[1:], None
+    try:
+        text = orjson.dumps(np.ascontiguousarray(array).reshape(len(array), -1), option=_JSON_OPTIONS)
+    except orjson.JSONEncodeError:
+        return _NOT_PLAIN
+    # [[1,2],[3,4]]: numbers hold no brackets, so the rows are what lies between "],["
+    return datatype, array.shape[1:], text[2:-2].split(b"],[")
+
+
+def _entry_head(name: str, datatype: str, shape: tuple[int, ...]) -> bytes:
+    return (
+        b"".join(
+            (b'{"name":', orjson.dumps(name), b',"datatype":"', datatype.encode(), b'","shape":', orjson.dumps(shape))
+        )
+        + b',"data":'
+    )

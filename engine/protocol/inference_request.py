@@ -15,8 +15,14 @@ import orjson
 from engine.config import ModelConfig
 from engine.datatypes import numpy_dtype
 from engine.errors import InvalidArgument
-from engine.protocol.tensors import array_from_binary, array_from_json, array_from_typed
-from engine.protocol.validation import check_required_inputs, checked_batch, common_batch_size, input_specs
+from engine.protocol.tensors import SMALL_LIST, array_from_binary, array_from_json, array_from_typed
+from engine.protocol.validation import (
+    InputSpec,
+    check_required_inputs,
+    checked_batch,
+    common_batch_size,
+    input_specs,
+)
 from engine.types import InferenceRequest, RequestedOutput
 
 if TYPE_CHECKING:
@@ -36,6 +42,7 @@ class _Source:
 
 
 _NO_PARAMETERS: dict[str, Any] = {}  # read only
+_NO_BINARY = memoryview(b"")
 RAW = _Source("raw")  # the input's little-endian bytes (gRPC raw_input_contents)
 TYPED = _Source("typed")  # (contents field name, its elements) (gRPC InferTensorContents)
 
@@ -54,11 +61,12 @@ def decode_infer_request(
     `header_length` is the `Inference-Header-Content-Length` value: the JSON header is that many bytes,
     binary tensor data follows. Every problem raises InvalidArgument with the client's vocabulary.
     """
-    view = memoryview(body)
-    if header_length == 0:
-        document, binary = raw_body_document(view, config)
+    if header_length is None:  # JSON alone, as most requests come
+        document, binary = parse_json_object(body), _NO_BINARY
+    elif header_length == 0:
+        document, binary = raw_body_document(memoryview(body), config)
     else:
-        header, binary = split_body(view, header_length)
+        header, binary = split_body(memoryview(body), header_length)
         document = parse_json_object(header)
     return request_from_document(
         document, binary, config, model_name=model_name, model_version=model_version, shared_memory=shared_memory
@@ -222,6 +230,14 @@ def _decode_inputs(
     batches: dict[str, int] = {}
     offset = 0
     for entry in entries:
+        if type(entry) is dict and len(entry) == 4:  # name, datatype, shape and data, as clients send most inputs
+            name = entry.get("name")
+            spec = specs.get(name) if type(name) is str else None
+            if spec is not None and spec.json is not None:
+                plain = _plain_json_input(entry, spec)
+                if plain is not None and name not in inputs:
+                    inputs[name], batches[name] = plain
+                    continue
         name, datatype, shape, parameters = _input_header(entry)
         if name in inputs:
             raise InvalidArgument(f"input '{name}' appears more than once in the request")
@@ -270,6 +286,42 @@ def _decode_inputs(
     if all(size == first for size in sizes):
         return inputs, first
     return inputs, common_batch_size(config, batches)
+
+
+def _plain_json_input(entry: dict[str, Any], spec: InputSpec) -> tuple[np.ndarray, int] | None:
+    """The tensor and batch size of an input in the usual JSON form (the config's datatype and fixed shape, flat
+    `data` of numbers of the right kind and range), checked as the general path checks it; None for any other
+    form or any problem, which the general path then names."""
+    shape = entry.get("shape")
+    data = entry.get("data")
+    if entry.get("datatype") != spec.datatype or type(shape) is not list or type(data) is not list:
+        return None
+    for d in shape:  # `type(d) is int` refuses booleans and floats, which compare equal to ints
+        if type(d) is not int:
+            return None
+    plan = spec.json
+    if spec.max_batch_size:
+        batch = shape[0] if shape else 0
+        if shape[1:] != spec.fixed or not 0 < batch <= spec.max_batch_size:
+            return None
+    elif shape == spec.fixed:
+        batch = 1
+    else:
+        return None
+    count = batch * plan.row
+    if not count or len(data) != count or type(data[0]) is list:
+        return None
+    try:
+        values = np.asarray(data)
+    except (ValueError, TypeError, OverflowError):
+        return None
+    if values.dtype.kind not in plan.kinds:
+        return None
+    if plan.low is not None and values.dtype != plan.dtype:
+        low, high = (min(data), max(data)) if count <= SMALL_LIST else (values.min(), values.max())
+        if low < plan.low or high > plan.high:
+            return None
+    return values.astype(plan.dtype, copy=False).reshape(shape), batch
 
 
 def _input_header(entry: Any) -> tuple[str, str, list[int], dict[str, Any]]:

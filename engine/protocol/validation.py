@@ -4,15 +4,29 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
+from math import prod
 
 import numpy as np
 
 from engine.config import ModelConfig, TensorConfig
+from engine.datatypes import WIRE_TO_NUMPY
 from engine.errors import InvalidArgument
 from engine.protocol.tensors import shape_text
 
 # configs whose input specs are remembered (a server serves a few versions; a config is resolved once at load)
 SPEC_CACHE_SIZE = 256
+
+
+@dataclass(frozen=True, slots=True)
+class JsonPlan:
+    """How the usual JSON form of a fixed-shape numeric input becomes its tensor: the checks array_from_json makes,
+    worked out for this input once."""
+
+    dtype: np.dtype
+    kinds: str  # the numpy kinds np.asarray may find in acceptable data
+    low: int | None  # the datatype's integer range, when values numpy holds as int64 must be checked against it
+    high: int | None
+    row: int  # elements a batch row (or the whole tensor of a model that does not batch) holds
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +39,7 @@ class InputSpec:
     max_batch_size: int  # 0 when the model does not batch
     model: str
     fixed: list[int] | None  # the expected shape after any batch dimension, when none of it is -1
+    json: JsonPlan | None = None  # for a fixed-shape numeric input: how its flat JSON data becomes a tensor
 
 
 _specs: OrderedDict[int, tuple[ModelConfig, dict[str, InputSpec]]] = OrderedDict()
@@ -42,11 +57,26 @@ def input_specs(config: ModelConfig) -> dict[str, InputSpec]:
         expected = tuple(expected_shape(config, t))
         tail = list(expected[1:] if batching else expected)
         fixed = None if -1 in tail else tail
-        specs[t.name] = InputSpec(t, t.datatype, expected, max(config.max_batch_size, 0), config.name, fixed)
+        plan = json_plan(t.datatype, fixed) if fixed is not None else None
+        specs[t.name] = InputSpec(t, t.datatype, expected, max(config.max_batch_size, 0), config.name, fixed, plan)
     _specs[key] = (config, specs)
     if len(_specs) > SPEC_CACHE_SIZE:
         _specs.popitem(last=False)
     return specs
+
+
+def json_plan(datatype: str, fixed: list[int]) -> JsonPlan | None:
+    """The JsonPlan of a numeric datatype that JSON carries (None for BYTES, FP16, BF16 and unknown types)."""
+    if datatype in ("BYTES", "FP16", "BF16") or datatype not in WIRE_TO_NUMPY:
+        return None
+    dtype = WIRE_TO_NUMPY[datatype]
+    row = prod(fixed)
+    if datatype == "BOOL":
+        return JsonPlan(dtype, "b", None, None, row)
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return JsonPlan(dtype, "iu", int(info.min), int(info.max), row)
+    return JsonPlan(dtype, "iuf", None, None, row)
 
 
 def checked_batch(spec: InputSpec, datatype: str, shape: list[int]) -> int:

@@ -130,10 +130,13 @@ def stats(server: InferenceServer, incoming: Incoming) -> Reply:
 def _decode(
     incoming: Incoming, config: ModelConfig, version: int | None, shared_memory: SharedMemoryRegistry
 ) -> InferenceRequest:
-    body = decompress_body(incoming.body, incoming.content_encoding, incoming.max_body_bytes)
+    body = incoming.body
+    if incoming.content_encoding is not None:
+        body = decompress_body(body, incoming.content_encoding, incoming.max_body_bytes)
+    header_length = incoming.header_length
     return decode_infer_request(
         body,
-        parse_header_length(incoming.header_length),
+        parse_header_length(header_length) if header_length is not None else None,
         config,
         model_name=incoming.route.model,
         model_version=version,
@@ -171,6 +174,8 @@ async def infer(server: InferenceServer, incoming: Incoming) -> Reply:
         trace.mark("REQUEST_END")
         trace.record_tensors("TENSOR_BACKEND_OUTPUT", response.outputs)
         await asyncio.to_thread(server.tracer.finish, trace)
+    if header_length is None and incoming.accept_encoding is None:
+        return Reply(200, payload)  # JSON, uncompressed
     reply = Reply(200, payload)
     if header_length is not None:
         reply.content_type = OCTET_STREAM

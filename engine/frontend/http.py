@@ -11,7 +11,7 @@ from engine.admission import ANONYMOUS, Principal, may_not_change
 from engine.errors import InferaError, PayloadTooLarge, Unavailable
 from engine.frontend.cross_site import check_repository_content_type, check_same_origin
 from engine.frontend.generate import StreamReply
-from engine.frontend.handlers import ASYNC_HANDLERS, SYNC_HANDLERS, Incoming, Reply, RepositoryControl
+from engine.frontend.handlers import ASYNC_HANDLERS, SYNC_HANDLERS, Incoming, Reply, RepositoryControl, infer
 from engine.frontend.lifespan import ServiceLifespan
 from engine.frontend.routes import HEALTH_ENDPOINTS, REPOSITORY_CHANGES, resolve
 from engine.protocol import error_body
@@ -80,7 +80,7 @@ class V2App:
             await send_reply(send, Reply(404, error_body("Not Found")))
             return
         method = scope["method"]
-        if not route.allows(method):
+        if method != route.method and not route.allows(method):
             allowed = route.method.replace(",", " or ")
             reply = Reply(405, error_body(f"method {method} is not allowed; use {allowed}"))
             reply.headers.append((b"allow", route.method.replace(",", ", ").encode()))
@@ -109,11 +109,15 @@ class V2App:
                 raise _too_large(self.max_body_bytes)  # refused before a byte of the body is read
             if method == "POST":
                 incoming.body = await read_body(receive, self.max_body_bytes)
-            handler = SYNC_HANDLERS.get(route.endpoint)
-            if handler is not None:
-                reply = handler(self.server, incoming)
+            endpoint = route.endpoint
+            if endpoint == "infer":
+                reply = await infer(self.server, incoming)
             else:
-                reply = await ASYNC_HANDLERS[route.endpoint](self.server, incoming)
+                handler = SYNC_HANDLERS.get(endpoint)
+                if handler is not None:
+                    reply = handler(self.server, incoming)
+                else:
+                    reply = await ASYNC_HANDLERS[endpoint](self.server, incoming)
         except InferaError as exc:
             reply = Reply(exc.status, error_body(exc))
             if isinstance(exc, Unavailable):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 from engine.errors import InvalidArgument
@@ -31,18 +30,25 @@ class Route:
         return method == self.method or method in self.method.split(",")
 
 
-# paths up to this long are resolved once and remembered (a server sees a few paths per model, again and again)
+# paths up to this long are resolved once and remembered (a server sees a few paths per model, again and again),
+# up to this many paths (then the memory starts over: a client walking random paths cannot grow it)
 CACHED_PATH_CHARS = 256
+CACHED_PATHS = 4096
+_remembered: dict[str, Route | None] = {}
 
 
 def resolve(path: str) -> Route | None:
     """The route of a `/v2/...` path, or None when no endpoint lives there."""
-    return _remembered_route(path) if len(path) <= CACHED_PATH_CHARS else _route(path)
-
-
-@functools.lru_cache(maxsize=4096)
-def _remembered_route(path: str) -> Route | None:
-    return _route(path)
+    try:
+        return _remembered[path]
+    except KeyError:
+        pass
+    route = _route(path)
+    if len(path) <= CACHED_PATH_CHARS:
+        if len(_remembered) >= CACHED_PATHS:
+            _remembered.clear()
+        _remembered[path] = route
+    return route
 
 
 def _route(path: str) -> Route | None:

@@ -76,6 +76,8 @@ class DynamicBatcher:
         # one queue, one shape, no preferred sizes: a batch is the queue's head, found without building lists
         self._plain = self.uniform and len(self.queues) == 1 and not self.preferred
         self._queue = self.queues[1] if self._plain else None
+        only = self.policies[1] if len(self.queues) == 1 else None
+        self._open = only is not None and not only.max_queue_size and not self.timeouts
 
     def __len__(self) -> int:
         return self.size
@@ -92,6 +94,13 @@ class DynamicBatcher:
 
     def add(self, pending: PendingRequest, now_ns: int) -> None:
         """Queue a request, or raise QueueFull when its priority queue holds `max_queue_size` requests."""
+        if self._open:  # one level, no size limit, no timeouts: nothing to decide
+            pending.level = 1
+            pending.enqueue_ns = pending.enqueue_ns or now_ns
+            self.queues[1].append(pending)
+            self.size += 1
+            self.inferences += pending.request.batch_size
+            return
         level = self.level_of(pending.request)
         policy = self.policies[level]
         queue = self.queues[level]

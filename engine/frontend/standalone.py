@@ -27,7 +27,12 @@ class StandaloneApp:
     """An InferenceServer and the V2App that serves it, started and stopped by this ASGI app."""
 
     def __init__(
-        self, server: InferenceServer, *, max_body_bytes: int | None = None, grpc_host: str | None = None
+        self,
+        server: InferenceServer,
+        *,
+        max_body_bytes: int | None = None,
+        grpc_host: str | None = None,
+        freeze_after_start: bool = False,
     ) -> None:
         self.server = server
         self.v2 = V2App(server, max_body_bytes=max_body_bytes)
@@ -36,7 +41,9 @@ class StandaloneApp:
         grpc = server.settings.grpc
         # gRPC only where asked for (the app the environment describes), never by default in a test or a script
         self.grpc = GrpcFrontEnd(server, grpc, host=grpc_host) if grpc_host and grpc.port else None
-        self.lifespan = ServiceLifespan(self._start, self._stop, wait_for_start=True)
+        self.lifespan = ServiceLifespan(
+            self._start, self._stop, wait_for_start=True, freeze_after_start=freeze_after_start
+        )
 
     async def _start(self) -> None:
         if self.grpc is not None:
@@ -82,7 +89,9 @@ def app_from_environment() -> StandaloneApp:
         settings = read_engine_settings()
     except SettingError as exc:
         raise InvalidArgument(str(exc)) from None
-    return StandaloneApp(InferenceServer(repository, settings=settings), grpc_host="127.0.0.1")
+    # the process an ASGI server runs this app in serves it alone: it leaves start-up's objects out of full
+    # garbage collections (engine.frontend.lifespan.freeze_start_up_objects)
+    return StandaloneApp(InferenceServer(repository, settings=settings), grpc_host="127.0.0.1", freeze_after_start=True)
 
 
 _app: StandaloneApp | None = None

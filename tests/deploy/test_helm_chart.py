@@ -9,6 +9,8 @@ import yaml
 
 from tests.deploy.manifests import CHART_DIR, NAMESPACE, RELEASE, helm_render, helm_values, rendered
 
+CONFIGMAP = "infera/templates/configmap.yaml"
+
 
 def test_it_lints_with_only_the_subcharts_missing():
     report = helm_python.lint(CHART_DIR, strict=True, namespace=NAMESPACE, kube_version="v1.33.0")
@@ -29,6 +31,18 @@ def test_it_declares_postgresql_and_redis_as_optional_subcharts():
 def test_it_refuses_a_grace_period_too_short_to_drain():
     with pytest.raises(helm_python.HelmRenderError, match=r"terminationGracePeriodSeconds \(30\) must be above"):
         helm_render(values={"terminationGracePeriodSeconds": 30})
+
+
+def test_it_writes_only_infera_variables_it_does_not_set_itself_from_config_extra():
+    extra = {"INFERA_RECONCILE_SECONDS": 10}
+    assert 'INFERA_RECONCILE_SECONDS: "10"' in helm_render(values={"config": {"extra": extra}})[CONFIGMAP]
+    for name, refusal in [
+        ("INFERA_X: 1\n  INFERA_MIGRATE", "is not an INFERA_\\* variable name"),  # a key that writes another
+        ("PYTHONPATH", "is not an INFERA_\\* variable name"),
+        ("INFERA_MIGRATE", "INFERA_MIGRATE is set by the chart"),
+    ]:
+        with pytest.raises(helm_python.HelmRenderError, match=refusal):
+            helm_render(values={"config": {"extra": {name: "true"}}})
 
 
 def test_it_asks_for_the_values_of_a_secret_it_makes():

@@ -115,7 +115,10 @@ class Runtime:
             replica=self.identity.replica,
             workers=self.cluster.worker_metrics if self.identity.has_workers else None,
         )
-        self.lifespan = ServiceLifespan(self.start, self.stop, wait_for_start=False)
+        # `serve` (uvicorn or daphne) names where it listens: that process serves, so it freezes start-up's objects
+        self.lifespan = ServiceLifespan(
+            self.start, self.stop, wait_for_start=False, freeze_after_start=listen_host is not None
+        )
         self.connections = Connections()
         self.started: list[str] = []
         self.startup_failure: str | None = None

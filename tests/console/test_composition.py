@@ -141,6 +141,13 @@ async def test_the_runtime_starts_in_its_stated_order_and_stops_in_reverse(setti
     assert runtime.started == [] and not runtime.server.is_ready() and not runtime.sampler.running
 
 
+@pytest.mark.parametrize(("listen_host", "frozen"), [("127.0.0.1", True), (None, False)])
+def test_only_the_runtime_serve_builds_freezes_its_start_up_objects(settings, listen_host, frozen):
+    # `serve` names where it listens; a runtime built in a test or a script leaves the collector alone
+    runtime = Runtime(settings.INFERA.replace(disable_nvml=True), listen_host=listen_host)
+    assert runtime.lifespan.freeze_after_start is frozen
+
+
 @pytest.mark.django_db(transaction=True)
 async def test_the_runtime_drains_before_it_stops(settings, tmp_path, in_memory_layer):
     runtime = Runtime(

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from deploy.local import RedisServer
+from deploy.processes import RedisServer
 from tests.conftest import manage_command, serve_process
 from tests.engine.decoupled_models import build_decoupled_repository
 
@@ -28,7 +28,7 @@ def generator_server(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="module")
 def private_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    """A redis-server of the module's own on a free port (deploy/local.py), which a test may stop and start."""
+    """A redis-server of the module's own on a free port (deploy/processes.py), which a test may stop and start."""
     server = RedisServer(tmp_path_factory.mktemp("redis"))
     server.start()
     try:

@@ -13,7 +13,7 @@ import pytest
 import tritonclient.http as httpclient
 import websockets
 
-from deploy.local import RedisServer
+from deploy.processes import RedisServer
 from tests.conftest import ServerProcess, api_call, manage_command, serve_process, signed_in_opener
 
 pytestmark = pytest.mark.server

@@ -14,7 +14,7 @@ from django.core.cache import caches
 
 from console.accounts import login_throttle
 from console.shared_cache import SharedCache, cache_settings
-from deploy.local import RedisServer
+from deploy.processes import RedisServer
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

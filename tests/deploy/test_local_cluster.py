@@ -1,4 +1,4 @@
-"""Three replicas behind HAProxy (deploy/local.py) on one PostgreSQL database, one Redis and one model store.
+"""Three replicas behind HAProxy (deploy/cluster.py) on one PostgreSQL database, one Redis and one model store.
 
 Started at the same moment on an empty database, they prepare it once. A change made through one replica is served
 by every replica within 2 s (asked of each replica, not of the balancer); a token revoked on one is refused by the
@@ -23,7 +23,7 @@ import pytest
 from django.db.migrations.loader import MigrationLoader
 
 from bench.wrk import WRK, parse_output, write_script
-from deploy.local import LocalCluster
+from deploy.cluster import LocalCluster
 from tests.engine.model_factory import make_simple_onnx, simple_config, to_pbtxt
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]

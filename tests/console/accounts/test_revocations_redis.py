@@ -11,7 +11,7 @@ from channels.layers import get_channel_layer
 
 from console.accounts.inference_auth import TokenCache
 from console.accounts.revocations import CHANGED, GROUP, RevocationListener
-from deploy.local import RedisServer
+from deploy.processes import RedisServer
 
 
 async def test_it_still_hears_revocations_after_redis_would_have_forgotten_it(settings, private_redis: RedisServer):

@@ -21,7 +21,7 @@ from console.accounts.roles import set_role
 from console.demo_sequences import write_sequence_models
 from console.monitoring.cluster import ClusterView
 from console.peers.identity import ProcessIdentity
-from deploy.local import ClusterError, LocalCluster
+from deploy.cluster import ClusterError, LocalCluster
 from engine.monitoring.sampler import MetricsSampler
 from engine.server import InferenceServer
 from engine.types import InferenceRequest
@@ -192,7 +192,7 @@ def steady_load(server: ServerProcess, infer: Callable[[], None] | None = None) 
 
 @pytest.fixture(scope="package")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """Three real replicas (deploy/local.py) on one PostgreSQL database of their own and a Redis of their own,
+    """Three real replicas (deploy/cluster.py) on one PostgreSQL database of their own and a Redis of their own,
     serving Triton's `simple`, registered from the shell as an operator would."""
     workdir = tmp_path_factory.mktemp("cluster")
     env = {"INFERA_DISABLE_NVML": "1", "INFERA_INFERENCE_AUTH": "none", "INFERA_SECURE_COOKIES": "false"}

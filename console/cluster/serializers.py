@@ -6,7 +6,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from console.cluster.states import ClusterView
+from console.cluster.states import ReplicaStates
 
 
 class ReplicaStateSerializer(serializers.Serializer):
@@ -30,9 +30,9 @@ class ClusterSerializer(serializers.Serializer):
     gone = GoneReplicaSerializer(many=True, help_text="replicas that stopped reporting (kept an hour)")
 
 
-def cluster_view(context: dict[str, Any]) -> ClusterView:
+def cluster_view(context: dict[str, Any]) -> ReplicaStates:
     """The cluster as this response shows it, read once per response."""
     view = context.get("cluster_view")
     if view is None:
-        view = context["cluster_view"] = ClusterView.read()
+        view = context["cluster_view"] = ReplicaStates.read()
     return view

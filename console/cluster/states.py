@@ -118,7 +118,7 @@ class ReplicaState:
 
 
 @dataclass(frozen=True)
-class ClusterView:
+class ReplicaStates:
     """The replicas of this database (live and gone) and each version's states on them, read once per page."""
 
     live: tuple[str, ...]
@@ -126,7 +126,7 @@ class ClusterView:
     states: dict[int, tuple[ReplicaState, ...]]  # version id -> states on live and gone replicas
 
     @classmethod
-    def read(cls) -> ClusterView:
+    def read(cls) -> ReplicaStates:
         """Every replica and every version's states on them (one query each)."""
         now = timezone.now()
         replicas = list(Replica.objects.all())

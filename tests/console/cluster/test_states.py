@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 from console.cluster.models import FORGOTTEN_AFTER, Replica, VersionOnReplica
-from console.cluster.states import ClusterView, beat, mark_stopped
+from console.cluster.states import ReplicaStates, beat, mark_stopped
 from console.registry import services
 from console.registry.desired import mark_loading, read_plans, record_outcome
 from console.registry.models import ModelVersion, RegisteredModel, VersionState
@@ -36,7 +36,7 @@ def fresh(version: ModelVersion) -> ModelVersion:
 
 
 def summary(version: ModelVersion) -> str:
-    return ClusterView.read().summary(fresh(version))
+    return ReplicaStates.read().summary(fresh(version))
 
 
 def test_it_is_ready_where_any_live_replica_serves_it(version):
@@ -94,7 +94,7 @@ def test_it_stops_counting_a_replica_that_stopped_reporting(version):
         record_outcome(name, "digits", {1}, {})
     Replica.objects.filter(name="c").update(expires_at=timezone.now() - datetime.timedelta(seconds=1))
     mark_stopped("b")
-    view = ClusterView.read()
+    view = ReplicaStates.read()
     assert view.live == ("a",) and {r.name for r in view.gone} == {"b", "c"}
     assert view.summary(fresh(version)) == "READY on 1/1"
     states = {s.replica: s.live for s in view.of_version(fresh(version))}
@@ -104,9 +104,9 @@ def test_it_stops_counting_a_replica_that_stopped_reporting(version):
 def test_it_counts_a_gone_replica_again_once_it_reports(version):
     replicas("a", "b")
     mark_stopped("b")
-    assert ClusterView.read().live == ("a",)
+    assert ReplicaStates.read().live == ("a",)
     replicas("b")
-    assert ClusterView.read().live == ("a", "b")
+    assert ReplicaStates.read().live == ("a", "b")
 
 
 def test_a_version_a_gone_replica_failed_is_ready_on_the_others(version):

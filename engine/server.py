@@ -9,7 +9,6 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
-from typing import TypeGuard
 
 import orjson
 
@@ -386,7 +385,7 @@ class InferenceServer:
             return stream
         state = self.traffic.get(request.model_name)
         candidate = None
-        if _routed(state, request) and state.policy.mode == "canary":
+        if state is not None and state.policy.mode == "canary" and _routed(state, request):
             candidate = self._canary_candidate(state, request, served.version)
         stream = request.stream = ResponseStream(started_ns=request.arrival_ns or None)
         if candidate is None:
@@ -418,7 +417,7 @@ class InferenceServer:
 
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
         state = self.traffic.get(request.model_name)
-        if not _routed(state, request):
+        if state is None or not _routed(state, request):  # no call on the hot path without a policy
             served = self.manager.route(request)
             if served.config.decoupled and request.stream is None:
                 raise _decoupled_only(request.model_name)
@@ -568,12 +567,7 @@ def _decoupled_only(model: str) -> DecoupledOnly:
     )
 
 
-def _routed(state: TrafficState | None, request: InferenceRequest) -> TypeGuard[TrafficState]:
-    """Whether a traffic policy picks this request's version: one in force, and a request that names no version
-    outside a sequence (a sequence stays on one version: the active one)."""
-    return (
-        state is not None
-        and state.policy.mode != "active"
-        and request.model_version is None
-        and request.sequence_id in (0, "")
-    )
+def _routed(state: TrafficState, request: InferenceRequest) -> bool:
+    """Whether the model's traffic policy picks this request's version: one in force, and a request that names no
+    version outside a sequence (a sequence stays on one version: the active one)."""
+    return state.policy.mode != "active" and request.model_version is None and request.sequence_id in (0, "")

@@ -15,7 +15,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from console.config import MAX_WORKERS
+from console.config import MAX_WORKERS, InferaSettings
 from console.env import env_int, env_str
 from console.first_admin import ensure_admin
 from console.peers.identity import ProcessIdentity
@@ -102,7 +102,7 @@ class Command(BaseCommand):
         self._serve(infera, host, port, options, None)
 
     def _serve(
-        self, infera: Any, host: str, port: int, options: dict[str, Any], identity: ProcessIdentity | None
+        self, infera: InferaSettings, host: str, port: int, options: dict[str, Any], identity: ProcessIdentity | None
     ) -> None:
         access_log = not options["no_access_log"]
         if options["server"] == "daphne":

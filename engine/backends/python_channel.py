@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import itertools
 import json
+import logging
 import mmap
 import os
 import select
@@ -29,6 +30,8 @@ from typing import Any
 import numpy as np
 
 from engine.datatypes import numpy_dtype, wire_type_of
+
+log = logging.getLogger("infera.engine")
 
 _LENGTH = struct.Struct("<I")
 _READ_SIZE = 1 << 16
@@ -386,14 +389,14 @@ class Exchange:
                 while self.closed is None and self.channel.holds_message():
                     message = self._receive()
                     if message is not None:
-                        self.handle(*message)
+                        self._dispatch(message)
                 return
             left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
             if not self.channel.readable(left):
                 return  # the deadline passed: ask() raises
             message = self._receive()
             if message is not None:
-                self.handle(*message)
+                self._dispatch(message)
 
     def serve(self) -> None:
         """Read while nobody asks, until the link ends (then `closed` says why and every asker is told)."""
@@ -402,7 +405,17 @@ class Exchange:
             with self._read_lock:
                 message = self._receive() if self.closed is None and self.channel.readable(0) else None
             if message is not None:
-                self.handle(*message)
+                self._dispatch(message)
+
+    def _dispatch(self, message: Message) -> None:
+        """Handle a message the other side sent on its own; one that cannot be handled (model code may write
+        anything on its link) is logged and dropped, and the link goes on serving."""
+        try:
+            self.handle(*message)
+        except Exception:
+            log.warning(
+                "dropped a message from a model stub that could not be handled: %.200r", message[0], exc_info=True
+            )
 
     def _receive(self) -> Message | None:
         """One message: an answer is filed for its asker (None is returned), anything else is returned."""

@@ -87,3 +87,43 @@ def test_posted_messages_arrive_in_order_with_their_tensors_and_before_a_later_s
         raise AssertionError("posting on a closed link never failed")
     finally:
         sender.close()
+
+
+def test_it_drops_a_message_it_cannot_handle_and_goes_on_serving(caplog):
+    """Model code may write anything on its link (a `call_cancel` without `call`): the serving thread and an asker
+    both drop what their handler cannot take, and the messages after it are handled."""
+    ours, theirs = socket.socketpair()
+    channel = Channel(ours, Region.create("out"), Region.create("in"))
+    peer = Channel(theirs, Region.create("peer-out"), Region.create("peer-in"))
+    handled: list[int] = []
+    seen = threading.Condition()
+
+    def handle(header: dict, arrays: list) -> None:
+        index = header["index"]  # a KeyError for the malformed messages
+        with seen:
+            handled.append(index)
+            seen.notify_all()
+
+    exchange = Exchange(channel, handle)
+    serving = threading.Thread(target=exchange.serve, daemon=True)
+    serving.start()
+    peer.send({"op": "call_cancel"})
+    peer.send({"op": "note", "index": 1})
+    with seen:
+        assert seen.wait_for(lambda: handled == [1], timeout=10)
+    assert serving.is_alive()
+
+    def answer_after_garbage() -> None:
+        header, _ = peer.receive()
+        peer.send({"op": "call_cancel"})  # read by the asking thread this time
+        peer.send({"op": "note", "index": 2})
+        peer.send({"answer": header["id"], "op": "done"})
+
+    threading.Thread(target=answer_after_garbage, daemon=True).start()
+    assert exchange.ask({"op": "execute"}, timeout=10)[0]["op"] == "done"
+    with seen:
+        assert seen.wait_for(lambda: handled == [1, 2], timeout=10)
+    assert serving.is_alive()
+    assert "could not be handled" in caplog.text
+    theirs.close()
+    channel.close()

@@ -69,7 +69,8 @@ class StreamedEnsemble:
     """One request through an ensemble with decoupled steps; its responses go to `request.stream`."""
 
     def __init__(self, dispatcher: EnsembleDispatcher, request: InferenceRequest, labels: Labels) -> None:
-        assert request.stream is not None and dispatcher.infer_stream is not None
+        if request.stream is None or dispatcher.infer_stream is None:
+            raise TypeError("a streamed ensemble needs the request's stream and the engine's infer_stream")
         self.dispatcher = dispatcher
         self.request = request
         self.stream: ResponseStream = request.stream

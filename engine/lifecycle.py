@@ -212,14 +212,13 @@ class ServedVersion:
         if problem is not None:
             raise LoadError(problem)
         self.dispatcher = EnsembleDispatcher(plan, self.version, services.infer, self.stats, services.infer_stream)
-        self._stream_if_decoupled(services)
+        self._stream_if_decoupled(self.dispatcher, services)
         self.state = ModelState.READY
 
-    def _stream_if_decoupled(self, services: Any) -> None:
+    def _stream_if_decoupled(self, dispatcher: EnsembleDispatcher, services: Any) -> None:
         """An ensemble with a decoupled step is decoupled itself (Triton sets its transaction policy so)."""
-        assert isinstance(self.dispatcher, EnsembleDispatcher)
-        labels = self.dispatcher.plan.labels(services.config_of)
-        self.dispatcher.labels = labels
+        labels = dispatcher.plan.labels(services.config_of)
+        dispatcher.labels = labels
         self.config.decoupled = labels is not None
         if labels is not None and self.stats.streams is None:
             self.stats.streams = StreamStats()
@@ -233,7 +232,7 @@ class ServedVersion:
             return
         problem = self.dispatcher.plan.problem(services.config_of)
         if problem is None:
-            self._stream_if_decoupled(services)
+            self._stream_if_decoupled(self.dispatcher, services)
             self.state, self.reason = ModelState.READY, ""
         else:
             self.state, self.reason = ModelState.UNAVAILABLE, problem

@@ -190,8 +190,8 @@ def dashboards_verdicts(results: dict) -> list[Verdict]:
 
 def grpc_row(results: dict, target: str, model: str, concurrency: int) -> dict | None:
     """The gRPC row of one case, or None when it was not run."""
-    for row in results.get("grpc", []):
-        if (row["target"], row["model"], row["concurrency"]) == (target, model, concurrency):
+    for row in results.get("grpc", []):  # a section that could not run holds one row naming why
+        if (row.get("target"), row.get("model"), row.get("concurrency")) == (target, model, concurrency):
             return row
     return None
 

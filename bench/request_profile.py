@@ -6,6 +6,7 @@ callers each sending the bench's body for `--model`, and prints the heaviest fra
 time as markdown tables. cProfile sees the loop thread only; the instances' worker threads run beside it.
 `--requests N` answers exactly N requests instead of running for `--seconds` (what bench.instructions counts under
 callgrind); `--inline always|never` overrides the instances' measured choice of running batches on the loop.
+Start-up's objects are frozen out of full garbage collections, as in a serving process.
 """
 
 from __future__ import annotations
@@ -58,11 +59,13 @@ async def _drive(
     repository: Path, model: str, encoding: str, callers: int, seconds: float, profile: bool, requests: int = 0
 ) -> dict:
     from engine.frontend.http import V2App
+    from engine.frontend.lifespan import freeze_start_up_objects
     from engine.server import InferenceServer
 
     payload = make_payload(MODELS[model], repository, encoding)
     server = InferenceServer(repository)
     await server.start()
+    freeze_start_up_objects()  # as a serving process does once started (engine.frontend.lifespan)
     app = V2App(server)
     statuses: dict[int, int] = {}
     done = 0

@@ -15,14 +15,9 @@ import orjson
 from engine.config import ModelConfig
 from engine.datatypes import numpy_dtype
 from engine.errors import InvalidArgument
-from engine.protocol.tensors import SMALL_LIST, array_from_binary, array_from_json, array_from_typed
-from engine.protocol.validation import (
-    InputSpec,
-    check_required_inputs,
-    checked_batch,
-    common_batch_size,
-    input_specs,
-)
+from engine.protocol.plain_json import plain_json_input, plain_request
+from engine.protocol.tensors import array_from_binary, array_from_json, array_from_typed
+from engine.protocol.validation import check_required_inputs, checked_batch, common_batch_size, input_specs
 from engine.types import InferenceRequest, RequestedOutput
 
 if TYPE_CHECKING:
@@ -63,6 +58,9 @@ def decode_infer_request(
     """
     if header_length is None:  # JSON alone, as most requests come
         document, binary = parse_json_object(body), _NO_BINARY
+        request = plain_request(document, config, model_name or config.name, model_version)
+        if request is not None:
+            return request
     elif header_length == 0:
         document, binary = raw_body_document(memoryview(body), config)
     else:
@@ -234,7 +232,7 @@ def _decode_inputs(
             name = entry.get("name")
             spec = specs.get(name) if type(name) is str else None
             if spec is not None and spec.json is not None:
-                plain = _plain_json_input(entry, spec)
+                plain = plain_json_input(entry, spec)
                 if plain is not None and name not in inputs:
                     inputs[name], batches[name] = plain
                     continue
@@ -281,47 +279,10 @@ def _decode_inputs(
         check_required_inputs(config, inputs)
     if config.max_batch_size <= 0:
         return inputs, 1
-    sizes = iter(batches.values())
-    first = next(sizes, 1)
-    if all(size == first for size in sizes):
-        return inputs, first
+    sizes = set(batches.values())
+    if len(sizes) == 1:
+        return inputs, sizes.pop()
     return inputs, common_batch_size(config, batches)
-
-
-def _plain_json_input(entry: dict[str, Any], spec: InputSpec) -> tuple[np.ndarray, int] | None:
-    """The tensor and batch size of an input in the usual JSON form (the config's datatype and fixed shape, flat
-    `data` of numbers of the right kind and range), checked as the general path checks it; None for any other
-    form or any problem, which the general path then names."""
-    shape = entry.get("shape")
-    data = entry.get("data")
-    if entry.get("datatype") != spec.datatype or type(shape) is not list or type(data) is not list:
-        return None
-    for d in shape:  # `type(d) is int` refuses booleans and floats, which compare equal to ints
-        if type(d) is not int:
-            return None
-    plan = spec.json
-    if spec.max_batch_size:
-        batch = shape[0] if shape else 0
-        if shape[1:] != spec.fixed or not 0 < batch <= spec.max_batch_size:
-            return None
-    elif shape == spec.fixed:
-        batch = 1
-    else:
-        return None
-    count = batch * plan.row
-    if not count or len(data) != count or type(data[0]) is list:
-        return None
-    try:
-        values = np.asarray(data)
-    except (ValueError, TypeError, OverflowError):
-        return None
-    if values.dtype.kind not in plan.kinds:
-        return None
-    if plan.low is not None and values.dtype != plan.dtype:
-        low, high = (min(data), max(data)) if count <= SMALL_LIST else (values.min(), values.max())
-        if low < plan.low or high > plan.high:
-            return None
-    return values.astype(plan.dtype, copy=False).reshape(shape), batch
 
 
 def _input_header(entry: Any) -> tuple[str, str, list[int], dict[str, Any]]:

@@ -1,4 +1,5 @@
-"""The usual JSON input (name, datatype, shape, flat data) decodes on a short path with the general path's results."""
+"""The usual JSON request (inputs of name, datatype, shape and flat data, perhaps an id) decodes on a short path with
+the general path's results."""
 
 from __future__ import annotations
 
@@ -109,3 +110,41 @@ def test_it_refuses_a_plain_input_sent_twice() -> None:
     entry = {"name": "X", "datatype": "FP32", "shape": [1, 2, 3], "data": [0.0] * 6}
     with pytest.raises(InvalidArgument, match="appears more than once"):
         decode_infer_request(orjson.dumps({"inputs": [entry, entry]}), None, CONFIGS[("FP32", True)])
+
+
+TWO_INPUTS = ModelConfig(
+    name="two",
+    max_batch_size=8,
+    input=[TensorConfig("A", "TYPE_INT32", [3]), TensorConfig("B", "TYPE_FP32", [2])],
+    output=[TensorConfig("Y", "TYPE_FP32", [1])],
+)
+two_input_entries = st.fixed_dictionaries(
+    {
+        "name": st.sampled_from(["A", "B", "C"]),
+        "datatype": st.sampled_from(["INT32", "FP32"]),
+        "shape": st.sampled_from([[1, 3], [2, 3], [1, 2], [2, 2]]),
+        "data": st.lists(st.integers(min_value=-5, max_value=5), min_size=2, max_size=6),
+    }
+)
+
+
+def _request_outcome(document: dict[str, Any]) -> tuple[str, Any]:
+    try:
+        request = decode_infer_request(json.dumps(document).encode(), None, TWO_INPUTS)
+    except InvalidArgument as exc:
+        return "error", exc.message
+    arrays = {name: (str(a.dtype), a.shape, a.tolist()) for name, a in request.inputs.items()}
+    return "request", (request.model_name, request.id, request.batch_size, arrays, request.parameters)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    entries=st.lists(two_input_entries, min_size=0, max_size=3),
+    request_id=st.one_of(st.none(), st.text(max_size=4), st.integers()),
+)
+def test_it_decodes_every_plain_request_as_the_general_path_does(entries, request_id) -> None:
+    document: dict[str, Any] = {"inputs": entries}
+    if request_id is not None:
+        document["id"] = request_id
+    # empty request parameters send the same request through the general path
+    assert _request_outcome(document) == _request_outcome({**document, "parameters": {}})

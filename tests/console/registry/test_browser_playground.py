@@ -50,7 +50,9 @@ def test_it_streams_the_demo_generator_into_the_page(infera_server: ServerProces
     text = page.inner_text("#playground-output")
     lengths = page.evaluate("window.playgroundLengths")
     assert len(text) == 48 and lengths[-1] == 48
-    assert lengths == sorted(lengths) and len(set(lengths) - {0}) > 2, lengths  # it grew piece by piece
+    # it grew piece by piece: the first token shows before the rest (on a busy machine the rest of the stream can
+    # reach the page in one network chunk, which the page then renders in one go)
+    assert lengths == sorted(lengths) and len(set(lengths) - {0}) >= 2, lengths
     status = page.inner_text("#playground-status")
     assert "time to first token" in status and "48 tokens" in status and "tokens/s" in status
     assert " ms" in status.split("time to first token")[1].split("·")[0]  # a measured time, not a dash

@@ -14,7 +14,7 @@ import re
 import signal
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import psutil
@@ -69,6 +69,7 @@ class Workers:
     cookie: str
     key: str
     sent: Counter  # requests to `simple` version 1 answered by each worker
+    manage: Callable[..., str]  # manage.py against the workers' var/ and settings
 
     def connect_to(self, name: str) -> OnWorker:
         """A connection to worker `name` (new connections land on a worker at random: try until one does)."""
@@ -123,7 +124,7 @@ def workers(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
                 lambda: {dict(k).get("worker") for k in metric(server, "nv_inference_request_success")} >= set(WORKERS),
                 "both workers never published their models",
             )
-            yield Workers(server, gated, session_cookie(server), manage("issue_token", "admin"), Counter())
+            yield Workers(server, gated, session_cookie(server), manage("issue_token", "admin"), Counter(), manage)
     finally:
         gated.close()
 
@@ -138,6 +139,17 @@ def test_it_answers_from_two_workers_named_after_the_replica(workers):
             break
     assert seen == set(WORKERS)
     assert "2 workers" in workers.server.log()
+
+
+def test_each_worker_reports_the_address_it_serves_on(workers):
+    port = workers.server.base_url.rsplit(":", 1)[1]
+    listed = workers.manage(
+        "shell",
+        "-c",
+        "import json; from console.cluster.models import Replica; "
+        "print(json.dumps(sorted([r.name, r.address] for r in Replica.objects.all())))",
+    )
+    assert json.loads(listed) == [[name, f"127.0.0.1:{port}"] for name in WORKERS]
 
 
 def test_an_activation_through_one_worker_is_served_by_the_other(workers):

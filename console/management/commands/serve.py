@@ -69,13 +69,14 @@ class Command(BaseCommand):
         workers = infera.workers if options["workers"] is None else options["workers"]
         if not 1 <= workers <= MAX_WORKERS:
             raise CommandError(f"--workers must be between 1 and {MAX_WORKERS}, got {workers}")
+        # as other replicas and people reach it: every worker of a supervisor shares the supervisor's
+        infera = infera.replace(listen_address=shown_address(host, port))
         if options["worker"] is not None:  # one of a supervisor's workers: the database is prepared
             die_with_supervisor()
             identity = ProcessIdentity.of_worker(infera.replica_name, options["worker"], workers)
             self._serve(infera, host, port, options, identity)
             return
 
-        infera = infera.replace(listen_address=shown_address(host, port))
         with start_up_lock(on_wait=lambda: self._say("Another replica is preparing the database; waiting for it.")):
             self._migrate(infera.migrate)
             self._ensure_admin()

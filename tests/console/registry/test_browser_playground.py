@@ -50,9 +50,11 @@ def test_it_streams_the_demo_generator_into_the_page(infera_server: ServerProces
     text = page.inner_text("#playground-output")
     lengths = page.evaluate("window.playgroundLengths")
     assert len(text) == 48 and lengths[-1] == 48
-    # it grew piece by piece: the first token shows before the rest (on a busy machine the rest of the stream can
-    # reach the page in one network chunk, which the page then renders in one go)
-    assert lengths == sorted(lengths) and len(set(lengths) - {0}) >= 2, lengths
+    # it only grew, one event a token (data-tokens below). How many renders that took is the browser's timing: a
+    # renderer busy for the ~60 ms the 48 tokens take gets them in one network read (seen in CI: [48] and [1, 48]);
+    # that the server sends each as it is made is tested on the wire (test_generate.py: the first event arrives
+    # while the model still runs)
+    assert lengths == sorted(lengths), lengths
     status = page.inner_text("#playground-status")
     assert "time to first token" in status and "48 tokens" in status and "tokens/s" in status
     assert " ms" in status.split("time to first token")[1].split("·")[0]  # a measured time, not a dash

@@ -25,8 +25,15 @@ BatchDone = Callable[[Any, BaseException | None], None]
 # waking the thread, the GIL passing twice, call_soon_threadsafe), measured at 50-60 µs of CPU a request on the
 # 2-core bench machine (bench/request_profile.py, `simple` at one caller, thread vs inline)
 INLINE_EXECUTE_NS = 60_000
-# weight of the newest execution in the running average
+# weight of the newest execution in the running averages
 EXECUTE_EWMA_WEIGHT = 0.2
+# A batch's CPU time measured on the worker thread overstates what it would cost on the loop (the thread's own wake-up,
+# the GIL changing hands, cold caches: `simple` at batch 8 measured 65-220 µs there against 24 µs inline), so the
+# two are averaged apart and the choice reads the inline one. An instance on its thread whose batches cost under
+# PROBE_FACTOR times the threshold there runs one idle batch inline to measure it: at once when it has never run
+# inline, then every PROBE_EVERY batches on the thread (batches may have shrunk since)
+PROBE_FACTOR = 4
+PROBE_EVERY = 64
 # Linux's prctl option that names the calling thread (at most 15 bytes), as top -H, /proc and py-spy show it
 _PR_SET_NAME = 15
 
@@ -71,7 +78,10 @@ class ModelInstance:
         self._thread: threading.Thread | None = None
         self._cost_clock = cost_clock
         self.inline_below_ns = inline_below_ns if backend.runs_on_loop and not backend.device.is_gpu else 0
-        self.execute_ns: float | None = None  # running average of executions' CPU time; None before the first
+        # running averages of executions' CPU time, inline and on the thread; None before the first of each
+        self.inline_ns: float | None = None
+        self.thread_ns: float | None = None
+        self._since_probe = 0  # batches run on the thread since the last one inline
         self._on_thread = 0  # jobs handed to the worker thread and not finished
         self._slices_rows = type(backend).split is Backend.split
 
@@ -91,10 +101,22 @@ class ModelInstance:
         return future
 
     @property
+    def execute_ns(self) -> float | None:
+        """What a batch costs as far as measured: inline once it has run there, else on the thread."""
+        return self.inline_ns if self.inline_ns is not None else self.thread_ns
+
+    @property
     def runs_inline(self) -> bool:
-        """Whether the next batch runs on the event loop: measured cheap, and nothing running on the thread."""
-        average = self.execute_ns
-        return average is not None and average < self.inline_below_ns and not self._on_thread
+        """Whether the next batch runs on the event loop: nothing running on the thread, and measured cheap
+        inline, or due a probe (see PROBE_FACTOR)."""
+        if self._on_thread or not self.inline_below_ns:
+            return False
+        inline, thread = self.inline_ns, self.thread_ns
+        if inline is not None and inline < self.inline_below_ns:
+            return True
+        if thread is None or thread >= PROBE_FACTOR * self.inline_below_ns:
+            return False
+        return inline is None or self._since_probe >= PROBE_EVERY
 
     def run(self, requests: list[InferenceRequest], batch_sizes: list[int], done: BatchDone) -> bool:
         """Run one batch and call `done(result, error)` on the event loop with (per-request outputs, ComputeTimes,
@@ -105,14 +127,16 @@ class ModelInstance:
         an InferaError in place of its outputs (a python model's error response); that request fails alone.
         """
         if self.runs_inline:
+            self._since_probe = 0
             try:
-                result = self._execute(requests, batch_sizes)
+                result = self._execute(requests, batch_sizes, inline=True)
             except Exception as exc:  # noqa: BLE001 - every failure travels back to the batch's requests
                 done(None, exc)
             else:
                 done(result, None)
             return True
         self._on_thread += 1
+        self._since_probe += 1
         self._jobs.put((self._execute, (requests, batch_sizes), done, asyncio.get_running_loop()))
         return False
 
@@ -127,7 +151,7 @@ class ModelInstance:
         self.run(requests, batch_sizes, done)
         return future
 
-    def _execute(self, requests: list[InferenceRequest], batch_sizes: list[int]):
+    def _execute(self, requests: list[InferenceRequest], batch_sizes: list[int], inline: bool = False):
         backend = self.backend
         cost_start = self._cost_clock()
         t0 = time.perf_counter_ns()
@@ -142,8 +166,12 @@ class ModelInstance:
         # the cost is this thread's CPU time, not the wall clock: on the worker thread the wall clock also counts
         # the waits for the GIL that the event loop holds, which running on the loop would not have
         cost = self._cost_clock() - cost_start
-        average = self.execute_ns
-        self.execute_ns = cost if average is None else average + EXECUTE_EWMA_WEIGHT * (cost - average)
+        if inline:
+            average = self.inline_ns
+            self.inline_ns = cost if average is None else average + EXECUTE_EWMA_WEIGHT * (cost - average)
+        else:
+            average = self.thread_ns
+            self.thread_ns = cost if average is None else average + EXECUTE_EWMA_WEIGHT * (cost - average)
         return outputs, ComputeTimes(t1 - t0, t2 - t1, t3 - t2), whole
 
     def _work(self) -> None:

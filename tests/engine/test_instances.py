@@ -14,7 +14,7 @@ from engine.backends.base import Device
 from engine.backends.onnxruntime import default_intra_op_threads
 from engine.config import InstanceGroup, ModelConfig
 from engine.config_format import config_to_dict, parse_config_pbtxt
-from engine.instances import ModelInstance
+from engine.instances import PROBE_EVERY, PROBE_FACTOR, ModelInstance
 from engine.lifecycle import instance_devices
 from engine.repository import with_cpu_instance_counts
 from engine.types import InferenceRequest
@@ -123,6 +123,69 @@ def test_it_moves_back_to_the_thread_when_batches_grow_expensive() -> None:
     loop_thread = _loop_thread_of(instance, scenario)
     assert backend.threads[1:3] == [loop_thread, loop_thread]
     assert backend.threads[3] != loop_thread
+
+
+class ThreadDearerBackend(CostedBackend):
+    """Costs `thread_cost_ns` on a worker thread and `cost_ns` on the loop's (a thread's wake-up and the GIL
+    changing hands count in the worker's CPU time, not in the loop's)."""
+
+    def __init__(self, clock: FakeClock, cost_ns: int, thread_cost_ns: int) -> None:
+        super().__init__(clock, cost_ns)
+        self.thread_cost_ns = thread_cost_ns
+        self.loop_thread: int | None = None
+
+    def execute(self, batch):
+        on_loop = threading.get_ident() == self.loop_thread
+        self.clock.now += 0 if on_loop else self.thread_cost_ns - self.cost_ns
+        return super().execute(batch)
+
+
+def _dearer_on_the_thread(cost_ns: int, thread_cost_ns: int) -> tuple[ThreadDearerBackend, ModelInstance]:
+    clock = FakeClock()
+    backend = ThreadDearerBackend(clock, cost_ns, thread_cost_ns)
+    return backend, _started(backend, clock, threshold_ns=25_000)
+
+
+def test_it_tries_a_batch_inline_when_the_threads_measure_overstates_it() -> None:
+    backend, instance = _dearer_on_the_thread(cost_ns=2_000, thread_cost_ns=40_000)  # threshold 25 µs
+
+    async def scenario() -> None:
+        backend.loop_thread = threading.get_ident()
+        await _run_batches(instance, 4)
+
+    loop_thread = _loop_thread_of(instance, scenario)
+    first, *later = backend.threads
+    assert first != loop_thread  # measured on the thread at 40 µs: above the threshold, within the probe's reach
+    assert later == [loop_thread] * 3  # probed inline at 2 µs, and inline from then on
+    assert (instance.thread_ns, instance.inline_ns) == (40_000, 2_000)
+
+
+def test_it_does_not_probe_a_model_far_above_the_threshold() -> None:
+    backend, instance = _dearer_on_the_thread(cost_ns=2_000, thread_cost_ns=PROBE_FACTOR * 25_000)
+
+    async def scenario() -> None:
+        backend.loop_thread = threading.get_ident()
+        await _run_batches(instance, PROBE_EVERY + 2)
+
+    loop_thread = _loop_thread_of(instance, scenario)
+    assert loop_thread not in backend.threads and instance.inline_ns is None
+
+
+def test_it_probes_again_after_a_while_on_the_thread() -> None:
+    backend, instance = _dearer_on_the_thread(cost_ns=2_000, thread_cost_ns=40_000)
+
+    async def scenario() -> None:
+        backend.loop_thread = threading.get_ident()
+        await _run_batches(instance, 2)  # on the thread, then probed inline
+        backend.cost_ns = 1_000_000  # the batches grew: the inline average crosses the threshold
+        await _run_batches(instance, 1)
+        backend.cost_ns = 2_000  # and shrank again: on the thread, it costs 40 µs there
+        await _run_batches(instance, PROBE_EVERY + 1)
+
+    loop_thread = _loop_thread_of(instance, scenario)
+    assert backend.threads[1:3] == [loop_thread, loop_thread]
+    assert all(thread != loop_thread for thread in backend.threads[3 : 3 + PROBE_EVERY])
+    assert backend.threads[3 + PROBE_EVERY] == loop_thread  # the probe, after PROBE_EVERY batches on the thread
 
 
 class NamedThreadBackend(CostedBackend):

@@ -38,6 +38,11 @@ PROBE_EVERY = 64
 _PR_SET_NAME = 15
 
 
+def _averaged(average: float | None, cost: int) -> float:
+    """The running average of executions' CPU time with `cost` added."""
+    return cost if average is None else average + EXECUTE_EWMA_WEIGHT * (cost - average)
+
+
 def _prctl() -> Callable[..., int] | None:
     if not sys.platform.startswith("linux"):
         return None
@@ -167,11 +172,9 @@ class ModelInstance:
         # the waits for the GIL that the event loop holds, which running on the loop would not have
         cost = self._cost_clock() - cost_start
         if inline:
-            average = self.inline_ns
-            self.inline_ns = cost if average is None else average + EXECUTE_EWMA_WEIGHT * (cost - average)
+            self.inline_ns = _averaged(self.inline_ns, cost)
         else:
-            average = self.thread_ns
-            self.thread_ns = cost if average is None else average + EXECUTE_EWMA_WEIGHT * (cost - average)
+            self.thread_ns = _averaged(self.thread_ns, cost)
         return outputs, ComputeTimes(t1 - t0, t2 - t1, t3 - t2), whole
 
     def _work(self) -> None:

@@ -157,15 +157,6 @@ async def infer(server: InferenceServer, incoming: Incoming) -> Reply:
     try:
         if len(incoming.body) > DECODE_ON_LOOP_BYTES or incoming.content_encoding:
             request = await asyncio.to_thread(_decode, incoming, served.config, version, server.shared_memory)
-        elif incoming.header_length is None:  # JSON, uncompressed: as most requests come
-            request = decode_infer_request(
-                incoming.body,
-                None,
-                served.config,
-                model_name=route.model,
-                model_version=version,
-                shared_memory=server.shared_memory,
-            )
         else:
             request = _decode(incoming, served.config, version, server.shared_memory)
     except InferaError:

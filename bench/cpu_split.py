@@ -23,10 +23,11 @@ from pathlib import Path
 
 from bench.direct import measure_direct
 from bench.engine_inproc import inference_counts
-from bench.http_runs import checked_load
+from bench.flame import Recording, busiest_thread, markdown, top_frames
+from bench.http_runs import checked_load, write_echo_responses
 from bench.infera import infera_spec
 from bench.models import MODELS, config_pbtxt, write_repository
-from bench.servers import ServerProcess, free_port
+from bench.servers import ServerProcess, echo_spec, free_port
 from bench.system import load_average
 from bench.wrk import WrkScripts, run_wrk
 
@@ -86,21 +87,27 @@ def measure(args: argparse.Namespace, folder: Path) -> dict:
     if args.instances:
         config = config_pbtxt(model).replace("{ kind: KIND_CPU }", f"{{ kind: KIND_CPU count: {args.instances} }}")
         (repository / args.model / "config.pbtxt").write_text(config)
-    spec = infera_spec("uvicorn", free_port(), repository, folder / "home", mode=args.launch)
+    echo = args.launch == "echo"
+    if echo:  # the ceiling: the same uvicorn, the bare echo app answering Infera's response (bench/echo_app.py)
+        spec = echo_spec("uvicorn", free_port(), write_echo_responses(folder / "echo", repository, [args.model]))
+    else:
+        spec = infera_spec("uvicorn", free_port(), repository, folder / "home", mode=args.launch)
     scripts = WrkScripts()
     loads = [load_average()]
     try:
         with ServerProcess(spec, folder / "logs") as server:
-            url, script = checked_load(spec.base_url, args.model, repository, scripts)
+            url, script = checked_load(spec.base_url, args.model, repository, scripts, check_values=not echo)
             run_wrk(url, script, args.connections, 2)  # warm-up: batch sizes settle, the first batches run
             pid = server.process.pid  # uvicorn, or manage.py serve running it in process
-            stats_before = statistics(spec.base_url, args.model)
+            stats_before = {} if echo else statistics(spec.base_url, args.model)
             cpu_before, wrk_before = thread_cpu(pid), resource.getrusage(resource.RUSAGE_CHILDREN)
+            recording = Recording(pid, args.seconds, Path(args.py_spy)) if args.py_spy else None
             started = time.perf_counter()
             run = run_wrk(url, script, args.connections, args.seconds)
             elapsed = time.perf_counter() - started
+            stacks = recording.wait() if recording is not None else None
             cpu_after, wrk_after = thread_cpu(pid), resource.getrusage(resource.RUSAGE_CHILDREN)
-            stats_after = statistics(spec.base_url, args.model)
+            stats_after = {} if echo else statistics(spec.base_url, args.model)
             thread_names = sorted({name for name, _ in cpu_after.values()})
     finally:
         scripts.close()
@@ -114,7 +121,7 @@ def measure(args: argparse.Namespace, folder: Path) -> dict:
         batch_compute(s, args.model) for s in (stats_after, stats_before)
     )
     computed = done_after - done_before
-    batches = sorted({64, max(1, round(mean_batch))})
+    batches = [] if echo else sorted({64, max(1, round(mean_batch))})
     direct = {row["batch"]: row for row in measure_direct(repository, args.model, batches, args.direct_seconds)}
     return {
         "requests": run.requests,
@@ -127,6 +134,7 @@ def measure(args: argparse.Namespace, folder: Path) -> dict:
         "direct": direct,
         "threads": thread_names,
         "loads": loads,
+        "stacks": stacks,
     }
 
 
@@ -146,13 +154,19 @@ def report(args: argparse.Namespace, result: dict) -> str:
         lines.append(f"| {part} | {seconds / requests * 1e6:.1f} | {seconds / result['elapsed']:.2f} |")
     lines.append(f"| all | {total / requests * 1e6:.1f} | {total / result['elapsed']:.2f} |")
     lines.append("")
-    lines.append(f"server's compute_infer: {result['compute_us_per_inference']:.1f} µs an inference")
+    if result["direct"]:
+        lines.append(f"server's compute_infer: {result['compute_us_per_inference']:.1f} µs an inference")
     for batch, row in result["direct"].items():
         lines.append(
             f"direct session.run at batch {batch}: {1e6 / row['infer_per_s']:.1f} µs an inference "
             f"({row['infer_per_s']:.0f} inf/s)"
         )
     lines.append(f"server threads: {', '.join(result['threads'])}")
+    if result.get("stacks"):
+        loop_us = result["parts"]["loop"] / requests * 1e6
+        by_own, by_cumulative = top_frames(result["stacks"], busiest_thread(result["stacks"]), args.top)
+        lines += ["", "py-spy, the loop thread, by own time", "", *markdown(by_own, loop_us)]
+        lines += ["", "py-spy, the loop thread, by cumulative time", "", *markdown(by_cumulative, loop_us)]
     return "\n".join(lines)
 
 
@@ -162,8 +176,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--instances", type=int, default=0, help="instance_group count (0: the config's default)")
-    parser.add_argument("--launch", default="standalone", choices=["standalone", "console", "auto"])
+    parser.add_argument("--launch", default="standalone", choices=["standalone", "console", "auto", "echo"])
     parser.add_argument("--direct-seconds", type=float, default=3.0)
+    parser.add_argument("--py-spy", default="", help="record the server with py-spy into this raw file")
+    parser.add_argument("--top", type=int, default=25, help="frames in each py-spy table")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="infera-cpu-split-") as name:
         result = measure(args, Path(name))

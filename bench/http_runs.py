@@ -66,11 +66,14 @@ def probe(url: str, payload: Payload, check_values: bool) -> str | None:
     return None
 
 
-def checked_load(base_url: str, model: str, repository: Path, scripts: WrkScripts) -> tuple[str, Path]:
-    """The URL and wrk script of a JSON load on `model`, after one request proved the server answers it."""
+def checked_load(
+    base_url: str, model: str, repository: Path, scripts: WrkScripts, *, check_values: bool = True
+) -> tuple[str, Path]:
+    """The URL and wrk script of a JSON load on `model`, after one request proved the server answers it (with
+    onnxruntime's values unless `check_values` is False: the echo's canned answer)."""
     payload = make_payload(MODELS[model], repository, "json")
     url = infer_url(base_url, model)
-    problem = probe(url, payload, check_values=True)
+    problem = probe(url, payload, check_values=check_values)
     if problem:
         raise NotAvailable(f"probe failed: {problem}")
     return url, scripts.script(f"{model}-json", payload.body, payload.headers)

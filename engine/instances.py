@@ -21,17 +21,19 @@ _STOP = object()
 # failed with
 BatchDone = Callable[[Any, BaseException | None], None]
 # a batch runs on the event loop itself, with no hand-off to the worker thread and back, when its instance is idle
-# and the CPU time of the instance's executions averages under this: about what the hand-off costs (a queue put,
+# and the CPU time of the backend's own execution averages under this: about what the hand-off costs (a queue put,
 # waking the thread, the GIL passing twice, call_soon_threadsafe), measured at 50-60 µs of CPU a request on the
-# 2-core bench machine (bench/request_profile.py, `simple` at one caller, thread vs inline)
+# 2-core bench machine (bench/request_profile.py, `simple` at one caller, thread vs inline). Only the backend's
+# `execute` counts: it is what a thread overlaps with the loop (the runtime releases the GIL); preparing the batch
+# and splitting its outputs are Python that holds the GIL, so they stall the loop as long on a thread as inline,
+# and counting them let a loaded machine's slower Python push a model worth running inline onto the thread
 INLINE_EXECUTE_NS = 60_000
 # weight of the newest execution in the running averages
 EXECUTE_EWMA_WEIGHT = 0.2
-# A batch's CPU time measured on the worker thread overstates what it would cost on the loop (the thread's own wake-up,
-# the GIL changing hands, cold caches: `simple` at batch 8 measured 65-220 µs there against 24 µs inline), so the
-# two are averaged apart and the choice reads the inline one. An instance on its thread whose batches cost under
-# PROBE_FACTOR times the threshold there runs one idle batch inline to measure it: at once when it has never run
-# inline, then every PROBE_EVERY batches on the thread (batches may have shrunk since)
+# An execution's CPU time measured on the worker thread may overstate what it would cost on the loop (the thread's
+# own wake-up, cold caches), so the two are averaged apart and the choice reads the inline one. An instance on its
+# thread whose executions cost under PROBE_FACTOR times the threshold there runs one idle batch inline to measure
+# it: at once when it has never run inline, then every PROBE_EVERY batches on the thread (batches may have shrunk)
 PROBE_FACTOR = 4
 PROBE_EVERY = 64
 # Linux's prctl option that names the calling thread (at most 15 bytes), as top -H, /proc and py-spy show it
@@ -158,19 +160,19 @@ class ModelInstance:
 
     def _execute(self, requests: list[InferenceRequest], batch_sizes: list[int], inline: bool = False):
         backend = self.backend
-        cost_start = self._cost_clock()
         t0 = time.perf_counter_ns()
         prepared = backend.prepare_requests(requests)
+        # the cost is this thread's CPU time in the backend's execute, not the wall clock: on the worker thread the
+        # wall clock also counts the waits for the GIL that the event loop holds, which the loop would not have
+        cost_start = self._cost_clock()
         t1 = time.perf_counter_ns()
         raw = backend.execute(prepared)
         t2 = time.perf_counter_ns()
+        cost = self._cost_clock() - cost_start
         outputs = backend.split(raw, batch_sizes)
         t3 = time.perf_counter_ns()
         # the default split slices every output by rows, in request order: the batch's outputs stay whole beside it
         whole = BatchOutputs(raw) if self._slices_rows and len(batch_sizes) > 1 else None
-        # the cost is this thread's CPU time, not the wall clock: on the worker thread the wall clock also counts
-        # the waits for the GIL that the event loop holds, which running on the loop would not have
-        cost = self._cost_clock() - cost_start
         if inline:
             self.inline_ns = _averaged(self.inline_ns, cost)
         else:

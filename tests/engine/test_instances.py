@@ -125,6 +125,28 @@ def test_it_moves_back_to_the_thread_when_batches_grow_expensive() -> None:
     assert backend.threads[3] != loop_thread
 
 
+class PythonHeavyBackend(CostedBackend):
+    """Cheap to execute, dear to prepare and split: Python that holds the GIL on a thread as much as inline."""
+
+    def prepare_requests(self, requests):
+        self.clock.now += 1_000_000
+        return super().prepare_requests(requests)
+
+    def split(self, outputs, batch_sizes):
+        self.clock.now += 1_000_000
+        return super().split(outputs, batch_sizes)
+
+
+def test_it_decides_from_the_backends_execution_alone() -> None:
+    clock = FakeClock()
+    backend = PythonHeavyBackend(clock, cost_ns=2_000)
+    instance = _started(backend, clock)
+
+    loop_thread = _loop_thread_of(instance, lambda: _run_batches(instance, 3))
+    assert backend.threads[1:] == [loop_thread, loop_thread]  # 2 µs to execute: inline, whatever its Python costs
+    assert instance.execute_ns == 2_000
+
+
 class ThreadDearerBackend(CostedBackend):
     """Costs `thread_cost_ns` on a worker thread and `cost_ns` on the loop's (a thread's wake-up and the GIL
     changing hands count in the worker's CPU time, not in the loop's)."""

@@ -32,7 +32,7 @@ class Recording:
     def __init__(self, pid: int, seconds: float, path: Path, *, rate: int = 250) -> None:
         self.path = path
         command = [PY_SPY, "record", "--pid", str(pid), "--duration", str(max(1, round(seconds)))]
-        command += ["--rate", str(rate), "--format", "raw", "--threads", "--output", str(path)]
+        command += ["--rate", str(rate), "--format", "raw", "--threads", "--function", "--output", str(path)]
         self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
     def wait(self, timeout: float = 60.0) -> str:

@@ -1,4 +1,5 @@
-"""uvicorn's HTTP protocol with read deadlines, and `Connection: close` while the process drains.
+"""uvicorn's HTTP protocol with read deadlines, `Connection: close` while the process drains, and one write per
+response (console/coalesced_writes.py).
 
 uvicorn closes an idle keep-alive connection (`timeout_keep_alive`) but has no deadline for a request being
 received: a client that opens a connection and sends nothing, or half a request line, or a body a byte a minute,
@@ -13,6 +14,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from console.coalesced_writes import CoalescedWrites
 from console.read_deadlines import ReadClock, timeout_answer
 from console.shutdown import Connections
 from engine.settings import HttpSettings
@@ -36,6 +38,7 @@ def timed_protocol(settings: HttpSettings, connections: Connections) -> type[Htt
             )
             self._clock.expect_headers()  # a first request's clock runs from the connection
             self._clock.watch()
+            self._writes = CoalescedWrites(transport, self.loop)  # every request cycle of the connection writes here
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._clock.stop()
@@ -55,6 +58,7 @@ def timed_protocol(settings: HttpSettings, connections: Connections) -> type[Htt
             super().on_headers_complete()
             self._clock.stop()
             if self.cycle is not None and self.cycle.scope is self.scope:  # not a WebSocket upgrade
+                self.cycle.transport = self._writes
                 if connections.draining:
                     self.cycle.keep_alive = False  # answered with Connection: close
                 self._clock.expect_body()

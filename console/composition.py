@@ -26,11 +26,17 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 ENGINE_PATHS = ("/v2", "/v1", "/metrics")
+_ENGINE_SUBPATHS = tuple(prefix + "/" for prefix in ENGINE_PATHS)
 
 
 def is_engine_path(path: str) -> bool:
     """True for the paths the engine answers itself: /v2, /v1 (OpenAI-compatible), their subpaths, /metrics."""
-    return any(path == prefix or path.startswith(prefix + "/") for prefix in ENGINE_PATHS)
+    return path.startswith(_ENGINE_SUBPATHS) or path in ENGINE_PATHS
+
+
+def is_v2_path(path: str) -> bool:
+    """True for /v2 and its subpaths, which the v2 app answers (the engine app's /metrics and /v1 lie beside it)."""
+    return path.startswith("/v2/") or path == "/v2"
 
 
 class InferaApplication:
@@ -63,7 +69,10 @@ class InferaApplication:
             return
         connections.request_started()
         try:
-            if kind == "http" and is_engine_path(scope["path"]):
+            path = scope["path"] if kind == "http" else ""
+            if is_v2_path(path):  # inference, the hot path: straight to the v2 app, past /metrics and /v1
+                await self.runtime.v2(scope, receive, send)
+            elif is_engine_path(path):
                 await self.runtime.engine_app(scope, receive, send)
             else:
                 await self.django_app(scope, receive, send)

@@ -51,6 +51,7 @@ def compose(steps: SlowStart | None = None) -> tuple[InferaApplication, Recordin
     runtime = SimpleNamespace(
         lifespan=ServiceLifespan(steps.start, steps.stop, wait_for_start=False),
         engine_app=engine_app,
+        v2=engine_app,  # the runtime's v2 app is the engine app's fallback; here both record into one
         connections=Connections(),
     )
     app = InferaApplication(django_app=django_app, websocket_app=ws_app, runtime=runtime)  # type: ignore[arg-type]
@@ -82,6 +83,15 @@ def test_it_knows_the_engine_paths():
         assert is_engine_path(path), path
     for path in ("/", "/v2x", "/v1x", "/api/models/", "/metricsx", "/static/v2/a.js"):
         assert not is_engine_path(path), path
+
+
+async def test_it_sends_v2_requests_straight_to_the_v2_app():
+    app, _, _, engine_app = compose()
+    v2_app = app.runtime.v2 = RecordingApp()
+    for path in ("/v2/models/simple/infer", "/v2", "/metrics", "/v1/models", "/v2x"):
+        await call(app, {"type": "http", "path": path})
+    assert v2_app.paths == ["/v2/models/simple/infer", "/v2"]
+    assert engine_app.paths == ["/metrics", "/v1/models"]
 
 
 async def test_it_routes_by_type_and_path_and_hands_every_app_the_runtime():

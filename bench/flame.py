@@ -29,7 +29,7 @@ class Frame:
 class Recording:
     """A `py-spy record` of `pid` for `seconds`, written to `path` in py-spy's raw (collapsed) format."""
 
-    def __init__(self, pid: int, seconds: float, path: Path, *, rate: int = 250) -> None:
+    def __init__(self, pid: int, seconds: float, path: Path, *, rate: int = 100) -> None:
         self.path = path
         command = [PY_SPY, "record", "--pid", str(pid), "--duration", str(max(1, round(seconds)))]
         command += ["--rate", str(rate), "--format", "raw", "--threads", "--function", "--output", str(path)]

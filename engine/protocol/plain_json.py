@@ -73,6 +73,16 @@ def plain_json_input(entry: dict[str, Any], spec: InputSpec) -> tuple[np.ndarray
     count = batch * plan.row
     if not count or len(data) != count or type(data[0]) is list:
         return None
+    if plan.low is not None and count <= SMALL_LIST:
+        # integers: Python ints only (a float or a bool is the general path's to judge), converted in one step,
+        # numpy refusing any out of the type's range
+        for v in data:
+            if type(v) is not int:
+                return None
+        try:
+            return np.array(data, dtype=plan.dtype).reshape(shape), batch
+        except OverflowError:
+            return None
     try:
         values = np.asarray(data)
     except (ValueError, TypeError, OverflowError):

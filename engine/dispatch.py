@@ -17,6 +17,13 @@ from engine.stats import ModelStats
 from engine.streams import StreamTimes
 from engine.types import InferenceRequest, InferenceResponse
 
+# A model serves one request at a time while the running average of the requests it has in flight when a batch
+# leaves stays under ALONE_BELOW (weight IN_FLIGHT_WEIGHT for the newest): a lone request then may run inline at a
+# dearer cost than usual, the loop having no one else to serve meanwhile. The average keeps a lull between bursts
+# of concurrent requests from counting as such a time
+IN_FLIGHT_WEIGHT = 0.1
+ALONE_BELOW = 1.5
+
 
 @dataclass(slots=True)
 class Lane:
@@ -76,6 +83,9 @@ class Dispatcher:
         self._task: asyncio.Task | None = None
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop it started on, which its futures belong to
         self._running = 0  # batches handed to instances and not answered
+        self._running_requests = 0  # the requests in them
+        # running average of the requests the model had in flight when each batch left (see ALONE_BELOW)
+        self._in_flight_avg = 0.0
         self._idle_again = asyncio.Event()  # set when nothing is running, for stop()
         self._idle_again.set()
         # batches that may compute at once on instance threads, one core left to the event loop
@@ -155,17 +165,25 @@ class Dispatcher:
             flight = Flight(batch, time.monotonic_ns())
             if self.preserve_ordering:
                 self._flights.append(flight)
-            self._running += 1
-            self._idle_again.clear()
             requests = batch.requests
+            # the batch is all the model has in flight, at a time of one request at a time: the loop would only
+            # wait for it (ModelInstance.would_run_inline)
+            in_flight = len(requests) + self._running_requests + batcher.size
+            average = self._in_flight_avg = self._in_flight_avg + IN_FLIGHT_WEIGHT * (in_flight - self._in_flight_avg)
+            alone = in_flight == 1 and average < ALONE_BELOW
+            self._running += 1
+            self._running_requests += len(requests)
+            self._idle_again.clear()
             instance.run(
                 [p.request for p in requests],
                 [p.request.batch_size for p in requests],
                 functools.partial(self._finish, lane, instance, flight),
+                alone,
             )
 
     def _finish(self, lane: Lane, instance: ModelInstance, flight: Flight, result, error) -> None:
         self._running -= 1
+        self._running_requests -= len(flight.batch.requests)
         if not self._running:
             self._idle_again.set()
         flight.result = (result, error)

@@ -28,6 +28,11 @@ BatchDone = Callable[[Any, BaseException | None], None]
 # and splitting its outputs are Python that holds the GIL, so they stall the loop as long on a thread as inline,
 # and counting them let a loaded machine's slower Python push a model worth running inline onto the thread
 INLINE_EXECUTE_NS = 60_000
+# A batch that is all its model has in flight, at a time when its model serves one request at a time, runs inline
+# up to this dearer cost: the loop has nothing else to do meanwhile, so the hand-off buys no overlap and costs two
+# wake-ups of another core (about 45 µs more a request on the 2-core bench machine than on one pinned core). The
+# bound is how long such a batch may keep the loop from reading a request that arrives meanwhile
+ALONE_EXECUTE_NS = 500_000
 # weight of the newest execution in the running averages
 EXECUTE_EWMA_WEIGHT = 0.2
 # An execution's CPU time measured on the worker thread may overstate what it would cost on the loop (the thread's
@@ -77,6 +82,7 @@ class ModelInstance:
         backend: Backend,
         *,
         inline_below_ns: int = INLINE_EXECUTE_NS,
+        alone_below_ns: int = ALONE_EXECUTE_NS,
         cost_clock: Callable[[], int] = time.thread_time_ns,
     ) -> None:
         self.name = name
@@ -84,7 +90,9 @@ class ModelInstance:
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._cost_clock = cost_clock
-        self.inline_below_ns = inline_below_ns if backend.runs_on_loop and not backend.device.is_gpu else 0
+        loop_allowed = backend.runs_on_loop and not backend.device.is_gpu
+        self.inline_below_ns = inline_below_ns if loop_allowed else 0
+        self.alone_below_ns = max(alone_below_ns, self.inline_below_ns) if loop_allowed else 0
         # running averages of executions' CPU time, inline and on the thread; None before the first of each
         self.inline_ns: float | None = None
         self.thread_ns: float | None = None
@@ -116,24 +124,33 @@ class ModelInstance:
     def runs_inline(self) -> bool:
         """Whether the next batch runs on the event loop: nothing running on the thread, and measured cheap
         inline, or due a probe (see PROBE_FACTOR)."""
+        return self.would_run_inline(alone=False)
+
+    def would_run_inline(self, alone: bool) -> bool:
+        """Whether a batch runs on the event loop; `alone` when it is all its model has in flight at a time of one
+        request at a time, which allows a dearer batch (see ALONE_EXECUTE_NS)."""
         if self._on_thread or not self.inline_below_ns:
             return False
+        below = self.alone_below_ns if alone else self.inline_below_ns
         inline, thread = self.inline_ns, self.thread_ns
-        if inline is not None and inline < self.inline_below_ns:
+        if inline is not None and inline < below:
             return True
-        if thread is None or thread >= PROBE_FACTOR * self.inline_below_ns:
+        if thread is None or thread >= PROBE_FACTOR * below:
             return False
         return inline is None or self._since_probe >= PROBE_EVERY
 
-    def run(self, requests: list[InferenceRequest], batch_sizes: list[int], done: BatchDone) -> bool:
+    def run(
+        self, requests: list[InferenceRequest], batch_sizes: list[int], done: BatchDone, alone: bool = False
+    ) -> bool:
         """Run one batch and call `done(result, error)` on the event loop with (per-request outputs, ComputeTimes,
         the batch's outputs before the split when they were sliced by rows, else None).
 
         Inline, `done` has been called when this returns True; on the thread it is called later, from the loop,
         with no future in between (the dispatcher's hot path). A backend may answer one request of the batch with
         an InferaError in place of its outputs (a python model's error response); that request fails alone.
+        `alone`: the batch is all its model has in flight, at a time of one request at a time.
         """
-        if self.runs_inline:
+        if self.would_run_inline(alone):
             self._since_probe = 0
             try:
                 result = self._execute(requests, batch_sizes, inline=True)

@@ -14,7 +14,7 @@ from engine.backends.base import Device
 from engine.backends.onnxruntime import default_intra_op_threads
 from engine.config import InstanceGroup, ModelConfig
 from engine.config_format import config_to_dict, parse_config_pbtxt
-from engine.instances import PROBE_EVERY, PROBE_FACTOR, ModelInstance
+from engine.instances import ALONE_EXECUTE_NS, PROBE_EVERY, PROBE_FACTOR, ModelInstance
 from engine.lifecycle import instance_devices
 from engine.repository import with_cpu_instance_counts
 from engine.types import InferenceRequest
@@ -208,6 +208,51 @@ def test_it_probes_again_after_a_while_on_the_thread() -> None:
     assert backend.threads[1:3] == [loop_thread, loop_thread]
     assert all(thread != loop_thread for thread in backend.threads[3 : 3 + PROBE_EVERY])
     assert backend.threads[3 + PROBE_EVERY] == loop_thread  # the probe, after PROBE_EVERY batches on the thread
+
+
+async def _run_alone(instance: ModelInstance, alone: bool) -> None:
+    """One batch through `run`, as the dispatcher hands it, said to be alone (or not)."""
+    future = asyncio.get_running_loop().create_future()
+
+    def done(result, error) -> None:
+        future.set_exception(error) if error is not None else future.set_result(result)
+
+    instance.run([_request()], [1], done, alone)
+    outputs, _, _ = await future
+    assert outputs[0]["INPUT0"].shape == (1, 4)
+
+
+def test_it_runs_a_lone_batch_inline_at_a_cost_it_would_keep_on_the_thread_otherwise() -> None:
+    clock = FakeClock()
+    backend = CostedBackend(clock, cost_ns=150_000)  # 6x the 25 µs threshold, under ALONE_EXECUTE_NS
+    instance = _started(backend, clock)
+
+    async def scenario() -> None:
+        await _run_alone(instance, alone=False)  # measured on the thread: far above the threshold
+        await _run_alone(instance, alone=False)
+        await _run_alone(instance, alone=True)  # alone: probed inline, then inline
+        await _run_alone(instance, alone=True)
+        await _run_alone(instance, alone=False)  # company again: back to the thread
+
+    loop_thread = _loop_thread_of(instance, scenario)
+    on_loop = [thread == loop_thread for thread in backend.threads]
+    assert on_loop == [False, False, True, True, False]
+    assert instance.inline_ns == 150_000
+
+
+def test_it_keeps_a_lone_batch_on_the_thread_above_the_alone_bound() -> None:
+    clock = FakeClock()
+    backend = CostedBackend(clock, cost_ns=ALONE_EXECUTE_NS)
+    instance = _started(backend, clock)
+
+    async def scenario() -> None:
+        for _ in range(3):
+            await _run_alone(instance, alone=True)
+
+    loop_thread = _loop_thread_of(instance, scenario)
+    first, *later = backend.threads
+    # probed once inline (the thread's measure may overstate), found at the bound, kept on the thread after
+    assert first != loop_thread and later[0] == loop_thread and loop_thread not in later[1:]
 
 
 class NamedThreadBackend(CostedBackend):

@@ -117,7 +117,7 @@ class Runtime:
         )
         # `serve` (uvicorn or daphne) names where it listens: that process serves, so it freezes start-up's objects
         self.lifespan = ServiceLifespan(
-            self.start, self.stop, wait_for_start=False, freeze_after_start=listen_host is not None
+            self.start, self.stop, wait_for_start=False, serving_process=listen_host is not None
         )
         self.connections = Connections()
         self.started: list[str] = []

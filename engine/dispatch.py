@@ -59,8 +59,11 @@ class Dispatcher:
     A batch forms while others compute: an instance that is idle while another runs takes what queued meanwhile.
     Several idle instances also share what is queued (each batch takes at most its share) when batches run on the
     instances' threads and there are cores for them beside the event loop's, so a compute-bound model keeps every
-    core busy instead of one batch holding every caller. On a machine with no core to spare (two: the loop and one
-    batch) a batch takes what is queued, as in Triton. Batches cheap enough to run inline are never split.
+    core busy instead of one batch holding every caller. At most one batch per core beside the loop's computes on
+    the CPU at once: on 2 cores a second instance's batch would start small and share the first one's core, so
+    the next batch grows in the queue instead and starts as the running one ends, before that one's callers are
+    answered (the loop encodes their responses while it computes). Batches cheap enough to run inline are never
+    split or held; GPU instances and python models (their compute is not on these cores) are not counted.
     """
 
     def __init__(
@@ -84,12 +87,14 @@ class Dispatcher:
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop it started on, which its futures belong to
         self._running = 0  # batches handed to instances and not answered
         self._running_requests = 0  # the requests in them
+        self._on_cores = 0  # those computing on the CPU cores on instance threads (see _may_start)
+        self._dispatching = False  # inside _dispatch: an inline batch's finish must not dispatch again
         # running average of the requests the model had in flight when each batch left (see ALONE_BELOW)
         self._in_flight_avg = 0.0
         self._idle_again = asyncio.Event()  # set when nothing is running, for stop()
         self._idle_again.set()
-        # batches that may compute at once on instance threads, one core left to the event loop
-        self.batch_cores = (cores or usable_cores()) - 1
+        # batches that may compute at once on the CPU cores on instance threads, one core left to the event loop
+        self.batch_cores = max(1, (cores or usable_cores()) - 1)
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -115,7 +120,7 @@ class Dispatcher:
             request.trace.mark("QUEUE_START", now)
         batcher.add(pending, now)
         self.stats.pending = batcher.size
-        if lane.idle:
+        if self._may_start(lane):
             # an idle instance takes the batch on the loop's next turn: requests that arrive in this turn (callers
             # answered by the last batch) join it, and no hop through the dispatcher task is needed
             if not lane.dispatch_scheduled:
@@ -132,11 +137,21 @@ class Dispatcher:
             deadlines = []
             for lane in self.lanes:
                 self._dispatch(lane, now)
-                if lane.idle and len(lane.batcher):
+                if len(lane.batcher) and self._may_start(lane):
                     deadline = lane.batcher.next_deadline()
                     if deadline is not None:
                         deadlines.append(deadline)
             await wake_or_deadline(self._wake, deadlines)
+
+    def _may_start(self, lane: Lane) -> bool:
+        """Whether a batch may start now: an idle instance, and a core for it beside the loop's unless it runs
+        inline. While every such core computes a batch of this model, the next one grows in the queue instead of
+        starting small and sharing a core (a batch's end dispatches it)."""
+        idle = lane.idle
+        if not idle:
+            return False
+        instance = idle[-1]
+        return self._on_cores < self.batch_cores or not instance.on_cpu_cores or instance.runs_inline
 
     def _dispatch_soon(self, lane: Lane) -> None:
         lane.dispatch_scheduled = False
@@ -152,10 +167,20 @@ class Dispatcher:
             for p in batcher.expire(now):
                 self._answer_timeout(p)
         idle = lane.idle
+        self._dispatching = True
+        try:
+            self._hand_out(lane, batcher, idle, now)
+        finally:
+            self._dispatching = False
+
+    def _hand_out(self, lane: Lane, batcher: DynamicBatcher, idle: list[ModelInstance], now: int) -> None:
         while idle and batcher.size:
             instance = idle[-1]
+            on_cores = instance.on_cpu_cores and not instance.runs_inline
+            if on_cores and self._on_cores >= self.batch_cores:
+                return
             # several idle instances, batches on their threads, cores for them: each takes its share of the queue
-            ways = min(len(idle), self.batch_cores - self._running)
+            ways = min(len(idle), self.batch_cores - self._on_cores)
             share = -(-batcher.inferences // ways) if ways > 1 and not instance.runs_inline else 0
             batch = batcher.next_batch(now, share)
             if batch is None:
@@ -173,22 +198,28 @@ class Dispatcher:
             alone = in_flight == 1 and average < ALONE_BELOW
             self._running += 1
             self._running_requests += len(requests)
+            self._on_cores += on_cores
             self._idle_again.clear()
             instance.run(
                 [p.request for p in requests],
                 [p.request.batch_size for p in requests],
-                functools.partial(self._finish, lane, instance, flight),
+                functools.partial(self._finish, lane, instance, flight, on_cores),
                 alone,
             )
 
-    def _finish(self, lane: Lane, instance: ModelInstance, flight: Flight, result, error) -> None:
+    def _finish(self, lane: Lane, instance: ModelInstance, flight: Flight, on_cores: bool, result, error) -> None:
         self._running -= 1
+        self._on_cores -= on_cores
         self._running_requests -= len(flight.batch.requests)
         if not self._running:
             self._idle_again.set()
         flight.result = (result, error)
         flight.done = True
         lane.idle.append(instance)
+        if lane.batcher.size and not self._dispatching:
+            # a batch queued while this one computed: it goes to the instance before this one's callers are
+            # answered, so the instance computes while the loop encodes and writes their responses
+            self._dispatch(lane, time.monotonic_ns())
         if self.preserve_ordering:
             while self._flights and self._flights[0].done:
                 self._answer(self._flights.popleft())

@@ -90,9 +90,10 @@ class ModelInstance:
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._cost_clock = cost_clock
-        loop_allowed = backend.runs_on_loop and not backend.device.is_gpu
-        self.inline_below_ns = inline_below_ns if loop_allowed else 0
-        self.alone_below_ns = max(alone_below_ns, self.inline_below_ns) if loop_allowed else 0
+        # the backend computes on this process's CPU cores, GIL released (not on a GPU, not in a python stub)
+        self.on_cpu_cores = backend.runs_on_loop and not backend.device.is_gpu
+        self.inline_below_ns = inline_below_ns if self.on_cpu_cores else 0
+        self.alone_below_ns = max(alone_below_ns, self.inline_below_ns) if self.on_cpu_cores else 0
         # running averages of executions' CPU time, inline and on the thread; None before the first of each
         self.inline_ns: float | None = None
         self.thread_ns: float | None = None

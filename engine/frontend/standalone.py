@@ -32,7 +32,7 @@ class StandaloneApp:
         *,
         max_body_bytes: int | None = None,
         grpc_host: str | None = None,
-        freeze_after_start: bool = False,
+        serving_process: bool = False,
     ) -> None:
         self.server = server
         self.v2 = V2App(server, max_body_bytes=max_body_bytes)
@@ -41,9 +41,7 @@ class StandaloneApp:
         grpc = server.settings.grpc
         # gRPC only where asked for (the app the environment describes), never by default in a test or a script
         self.grpc = GrpcFrontEnd(server, grpc, host=grpc_host) if grpc_host and grpc.port else None
-        self.lifespan = ServiceLifespan(
-            self._start, self._stop, wait_for_start=True, freeze_after_start=freeze_after_start
-        )
+        self.lifespan = ServiceLifespan(self._start, self._stop, wait_for_start=True, serving_process=serving_process)
 
     async def _start(self) -> None:
         if self.grpc is not None:
@@ -91,7 +89,7 @@ def app_from_environment() -> StandaloneApp:
         raise InvalidArgument(str(exc)) from None
     # the process an ASGI server runs this app in serves it alone: it leaves start-up's objects out of full
     # garbage collections (engine.frontend.lifespan.freeze_start_up_objects)
-    return StandaloneApp(InferenceServer(repository, settings=settings), grpc_host="127.0.0.1", freeze_after_start=True)
+    return StandaloneApp(InferenceServer(repository, settings=settings), grpc_host="127.0.0.1", serving_process=True)
 
 
 _app: StandaloneApp | None = None

@@ -155,7 +155,7 @@ async def test_the_runtime_starts_in_its_stated_order_and_stops_in_reverse(setti
 def test_only_the_runtime_serve_builds_freezes_its_start_up_objects(settings, listen_host, frozen):
     # `serve` names where it listens; a runtime built in a test or a script leaves the collector alone
     runtime = Runtime(settings.INFERA.replace(disable_nvml=True), listen_host=listen_host)
-    assert runtime.lifespan.freeze_after_start is frozen
+    assert runtime.lifespan.serving_process is frozen
 
 
 @pytest.mark.django_db(transaction=True)

@@ -25,14 +25,23 @@ CONFIG = ModelConfig(
 )
 
 
+CPU = Device("CPU", 0)
+
+
 class GatedBackend(Backend):
     """Echoes its batch once the test lets one batch through the gate; notes each batch's size as it starts."""
 
     name = "gated-tensors"
     runs_on_loop = True
 
-    def __init__(self, gate: threading.Semaphore, started: list[int], changed: threading.Condition) -> None:
-        super().__init__(CONFIG, Path("."), Device("CPU", 0))
+    def __init__(
+        self,
+        gate: threading.Semaphore,
+        started: list[int],
+        changed: threading.Condition,
+        device: Device = CPU,
+    ) -> None:
+        super().__init__(CONFIG, Path("."), device)
         self.gate, self.started, self.changed = gate, started, changed
 
     def load(self) -> None:
@@ -70,9 +79,11 @@ def _dispatcher(instances: list[ModelInstance], cores: int = 4) -> Dispatcher:
     return dispatcher
 
 
-def _instances(count: int, gate: threading.Semaphore, started: list[int], threshold_ns: int) -> list[ModelInstance]:
+def _instances(
+    count: int, gate: threading.Semaphore, started: list[int], threshold_ns: int, device: Device = CPU
+) -> list[ModelInstance]:
     instances = [
-        ModelInstance(f"gated-1-{i}", GatedBackend(gate, started, CHANGED), inline_below_ns=threshold_ns)
+        ModelInstance(f"gated-1-{i}", GatedBackend(gate, started, CHANGED, device), inline_below_ns=threshold_ns)
         for i in range(count)
     ]
     for instance in instances:
@@ -143,21 +154,46 @@ def test_it_does_not_split_batches_that_run_inline() -> None:
     assert started == [8]
 
 
-def test_it_keeps_one_batch_per_free_instance_where_no_core_is_spare() -> None:
+def test_it_holds_the_next_batch_until_the_running_one_ends_where_no_core_is_spare() -> None:
     gate, started = threading.Semaphore(0), []
     instances = _instances(2, gate, started, threshold_ns=0)
+    queued_when_answered: list[int] = []
 
     async def scenario() -> None:
-        dispatcher = _dispatcher(instances, cores=2)  # the loop and one batch: nothing to share the queue with
-        futures = [dispatcher.submit(_request(i)) for i in range(8)]
+        dispatcher = _dispatcher(instances, cores=2)  # the loop and one batch
+        first = [dispatcher.submit(_request(0)) for _ in range(4)]
         await _started(started, 1)
         later = [dispatcher.submit(_request(1)) for _ in range(3)]
-        await asyncio.sleep(0)
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert len(dispatcher.lanes[0].batcher) == 3  # an instance is idle, no core is: the batch grows instead
+        later += [dispatcher.submit(_request(2)) for _ in range(2)]
+        batcher = dispatcher.lanes[0].batcher
+        first[0].add_done_callback(lambda _: queued_when_answered.append(len(batcher)))
         gate.release(1)
-        await _started(started, 2)  # the second instance took what queued while the first computed
+        await _started(started, 2)
         gate.release(1)
-        await asyncio.gather(*futures, *later)
+        await asyncio.gather(*first, *later)
         await dispatcher.stop()
 
     _run(scenario, instances)
-    assert started == [8, 3]
+    assert started == [4, 5]
+    assert queued_when_answered == [0]  # the next batch left before the first one's callers were answered
+
+
+def test_it_counts_no_core_for_gpu_instances() -> None:
+    gate, started = threading.Semaphore(0), []
+    instances = _instances(2, gate, started, threshold_ns=0, device=Device("GPU", 0))
+
+    async def scenario() -> None:
+        dispatcher = _dispatcher(instances, cores=2)
+        first = [dispatcher.submit(_request(0)) for _ in range(4)]
+        await _started(started, 1)
+        later = [dispatcher.submit(_request(1)) for _ in range(3)]
+        await _started(started, 2)  # the second GPU instance took them while the first computes
+        gate.release(2)
+        await asyncio.gather(*first, *later)
+        await dispatcher.stop()
+
+    _run(scenario, instances)
+    assert started == [4, 3]

@@ -1,13 +1,15 @@
-"""A serving process leaves what its start-up made out of full garbage collections; nothing else freezes."""
+"""A serving process leaves what its start-up made out of full garbage collections and shortens the GIL switch
+interval; nothing else does either."""
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import sys
 
 import pytest
 
-from engine.frontend.lifespan import ServiceLifespan
+from engine.frontend.lifespan import SERVING_SWITCH_INTERVAL_S, ServiceLifespan
 
 
 class Kept:
@@ -36,10 +38,13 @@ def _tracked(thing: object) -> bool:
 
 @pytest.fixture
 def unfrozen():
-    """The process as the collector had it: whatever a test freezes goes back to the generations."""
+    """The process as the collector and the interpreter had it: whatever a test freezes goes back to the
+    generations, the switch interval back to what it was."""
     assert gc.get_freeze_count() == 0
+    interval = sys.getswitchinterval()
     yield
     gc.unfreeze()
+    sys.setswitchinterval(interval)
 
 
 def test_it_freezes_what_start_up_made_once_a_serving_start_is_over(unfrozen) -> None:
@@ -48,25 +53,28 @@ def test_it_freezes_what_start_up_made_once_a_serving_start_is_over(unfrozen) ->
     async def start() -> None:
         made.append(Kept())
 
-    sent = asyncio.run(_start_up(ServiceLifespan(start, freeze_after_start=True)))
+    sent = asyncio.run(_start_up(ServiceLifespan(start, serving_process=True)))
     assert sent[0] == {"type": "lifespan.startup.complete"}
     assert gc.get_freeze_count() > 0
     assert not _tracked(made[0])  # full collections no longer walk it
     assert _tracked(Kept())  # what comes after start-up is collected as usual
+    assert sys.getswitchinterval() == pytest.approx(SERVING_SWITCH_INTERVAL_S)
 
 
 def test_it_freezes_nothing_unless_the_process_asks(unfrozen) -> None:
     async def start() -> None:
         pass
 
+    interval = sys.getswitchinterval()
     asyncio.run(_start_up(ServiceLifespan(start)))
     assert gc.get_freeze_count() == 0
+    assert sys.getswitchinterval() == interval
 
 
 def test_a_failed_start_freezes_nothing(unfrozen) -> None:
     async def start() -> None:
         raise RuntimeError("no models")
 
-    sent = asyncio.run(_start_up(ServiceLifespan(start, freeze_after_start=True)))
+    sent = asyncio.run(_start_up(ServiceLifespan(start, serving_process=True)))
     assert sent[0]["type"] == "lifespan.startup.failed"
     assert gc.get_freeze_count() == 0

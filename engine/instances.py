@@ -21,33 +21,56 @@ _STOP = object()
 # failed with
 BatchDone = Callable[[Any, BaseException | None], None]
 # a batch runs on the event loop itself, with no hand-off to the worker thread and back, when its instance is idle
-# and the CPU time of the backend's own execution averages under this: about what the hand-off costs (a queue put,
-# waking the thread, the GIL passing twice, call_soon_threadsafe), measured at 50-60 µs of CPU a request on the
-# 2-core bench machine (bench/request_profile.py, `simple` at one caller, thread vs inline). Only the backend's
-# `execute` counts: it is what a thread overlaps with the loop (the runtime releases the GIL); preparing the batch
-# and splitting its outputs are Python that holds the GIL, so they stall the loop as long on a thread as inline,
-# and counting them let a loaded machine's slower Python push a model worth running inline onto the thread
-INLINE_EXECUTE_NS = 60_000
+# and the CPU time of the backend's own execution is typically under this: about what the hand-off costs the loop
+# (a queue put, waking the thread, the GIL changing hands while the thread prepares and splits the batch,
+# call_soon_threadsafe). Measured on the 2-core bench machine at 64 connections (bench.cpu_split, the console under
+# uvicorn, the same build with the batches inline and on the threads): 180-280 µs of the loop's CPU a batch, on
+# `simple` (batches of 8: 61 against 94 µs a request, 16.3-17.3k against 9.1-9.8k requests a second) and mlp_small
+# (batches of about 28: 61 against 66 µs a request, 16.3-16.5k against 13.4-13.5k). Only the backend's `execute`
+# counts: it is what a thread overlaps with the loop (the runtime releases the GIL); preparing the batch and
+# splitting its outputs are Python that holds the GIL, so they stall the loop as long on a thread as inline
+INLINE_EXECUTE_NS = 250_000
 # A batch that is all its model has in flight, at a time when its model serves one request at a time, runs inline
 # up to this dearer cost: the loop has nothing else to do meanwhile, so the hand-off buys no overlap and costs two
 # wake-ups of another core (about 45 µs more a request on the 2-core bench machine than on one pinned core). The
 # bound is how long such a batch may keep the loop from reading a request that arrives meanwhile
 ALONE_EXECUTE_NS = 500_000
-# weight of the newest execution in the running averages
-EXECUTE_EWMA_WEIGHT = 0.2
+# What a batch costs is the median of the last COST_WINDOW executions' CPU time (inline and on the thread apart):
+# one execution may cost many times the usual (a page fault, a collection, the machine's neighbours: `simple`'s
+# batch of 8, 15 µs at the median inline, measured over 60 µs in 1-3% of batches and up to 400 µs, in bursts), and
+# a running average of them carried cheap models over the threshold and onto the thread for good. A real change of
+# cost moves the median within half a window
+COST_WINDOW = 8
 # An execution's CPU time measured on the worker thread may overstate what it would cost on the loop (the thread's
-# own wake-up, cold caches), so the two are averaged apart and the choice reads the inline one. An instance on its
+# own wake-up, cold caches, the GIL changing hands: `simple`'s batch of 8 measured up to 215 µs there under load
+# against 14 µs inline), so the two are measured apart and the choice reads the inline one. An instance on its
 # thread whose executions cost under PROBE_FACTOR times the threshold there runs one idle batch inline to measure
-# it: at once when it has never run inline, then every PROBE_EVERY batches on the thread (batches may have shrunk)
+# it: at once when it has never run inline, then every PROBE_EVERY batches on the thread (batches may have shrunk).
+# A probe holds the loop at most once every PROBE_EVERY batches, for what the thread measured at most
 PROBE_FACTOR = 4
 PROBE_EVERY = 64
 # Linux's prctl option that names the calling thread (at most 15 bytes), as top -H, /proc and py-spy show it
 _PR_SET_NAME = 15
 
 
-def _averaged(average: float | None, cost: int) -> float:
-    """The running average of executions' CPU time with `cost` added."""
-    return cost if average is None else average + EXECUTE_EWMA_WEIGHT * (cost - average)
+class CostWindow:
+    """The CPU time of an instance's last COST_WINDOW executions in one place (inline, or on its thread)."""
+
+    __slots__ = ("_costs", "_oldest", "typical")
+
+    def __init__(self) -> None:
+        self._costs: list[int] = []
+        self._oldest = 0
+        self.typical: int | None = None  # their median (the lower one of an even count); None before the first
+
+    def add(self, cost: int) -> None:
+        costs = self._costs
+        if len(costs) < COST_WINDOW:
+            costs.append(cost)
+        else:
+            costs[self._oldest] = cost
+            self._oldest = (self._oldest + 1) % COST_WINDOW
+        self.typical = sorted(costs)[(len(costs) - 1) // 2]
 
 
 def _prctl() -> Callable[..., int] | None:
@@ -94,9 +117,9 @@ class ModelInstance:
         self.on_cpu_cores = backend.runs_on_loop and not backend.device.is_gpu
         self.inline_below_ns = inline_below_ns if self.on_cpu_cores else 0
         self.alone_below_ns = max(alone_below_ns, self.inline_below_ns) if self.on_cpu_cores else 0
-        # running averages of executions' CPU time, inline and on the thread; None before the first of each
-        self.inline_ns: float | None = None
-        self.thread_ns: float | None = None
+        # executions' CPU time, inline and on the thread
+        self._inline_costs = CostWindow()
+        self._thread_costs = CostWindow()
         self._since_probe = 0  # batches run on the thread since the last one inline
         self._on_thread = 0  # jobs handed to the worker thread and not finished
         self._slices_rows = type(backend).split is Backend.split
@@ -115,6 +138,16 @@ class ModelInstance:
         self._on_thread += 1
         self._jobs.put((fn, None, future, None))
         return future
+
+    @property
+    def inline_ns(self) -> int | None:
+        """What a batch costs inline, as far as measured there (None before the first)."""
+        return self._inline_costs.typical
+
+    @property
+    def thread_ns(self) -> int | None:
+        """What a batch costs on the thread, as far as measured there (None before the first)."""
+        return self._thread_costs.typical
 
     @property
     def execute_ns(self) -> float | None:
@@ -191,10 +224,7 @@ class ModelInstance:
         t3 = time.perf_counter_ns()
         # the default split slices every output by rows, in request order: the batch's outputs stay whole beside it
         whole = BatchOutputs(raw) if self._slices_rows and len(batch_sizes) > 1 else None
-        if inline:
-            self.inline_ns = _averaged(self.inline_ns, cost)
-        else:
-            self.thread_ns = _averaged(self.thread_ns, cost)
+        (self._inline_costs if inline else self._thread_costs).add(cost)
         return outputs, ComputeTimes(t1 - t0, t2 - t1, t3 - t2), whole
 
     def _work(self) -> None:

@@ -117,12 +117,31 @@ def test_it_moves_back_to_the_thread_when_batches_grow_expensive() -> None:
 
     async def scenario() -> None:
         await _run_batches(instance, 2)  # measured, then inline
-        backend.cost_ns = 1_000_000  # the running average crosses the threshold after this inline batch
+        backend.cost_ns = 1_000_000  # the running average climbs (each sample clipped) until it crosses
+        await _run_batches(instance, 30)
+
+    loop_thread = _loop_thread_of(instance, scenario)
+    on_loop = [thread == loop_thread for thread in backend.threads]
+    moved = on_loop.index(False, 1)
+    assert on_loop[1:3] == [True, True] and 3 < moved < 20
+    assert not any(on_loop[moved:])
+
+
+def test_it_stays_inline_over_an_outlier() -> None:
+    clock = FakeClock()
+    backend = CostedBackend(clock, cost_ns=2_000)
+    instance = _started(backend, clock)
+
+    async def scenario() -> None:
+        await _run_batches(instance, 2)
+        backend.cost_ns = 5_000_000  # one batch the machine made dear (a page fault storm, a neighbour)
+        await _run_batches(instance, 1)
+        backend.cost_ns = 2_000
         await _run_batches(instance, 2)
 
     loop_thread = _loop_thread_of(instance, scenario)
-    assert backend.threads[1:3] == [loop_thread, loop_thread]
-    assert backend.threads[3] != loop_thread
+    assert [thread == loop_thread for thread in backend.threads] == [False, True, True, True, True]
+    assert instance.inline_ns < 25_000
 
 
 class PythonHeavyBackend(CostedBackend):
@@ -199,15 +218,17 @@ def test_it_probes_again_after_a_while_on_the_thread() -> None:
     async def scenario() -> None:
         backend.loop_thread = threading.get_ident()
         await _run_batches(instance, 2)  # on the thread, then probed inline
-        backend.cost_ns = 1_000_000  # the batches grew: the inline average crosses the threshold
-        await _run_batches(instance, 1)
+        backend.cost_ns = 1_000_000  # the batches grew: the inline average climbs across the threshold
+        await _run_batches(instance, 20)
         backend.cost_ns = 2_000  # and shrank again: on the thread, it costs 40 µs there
         await _run_batches(instance, PROBE_EVERY + 1)
 
     loop_thread = _loop_thread_of(instance, scenario)
-    assert backend.threads[1:3] == [loop_thread, loop_thread]
-    assert all(thread != loop_thread for thread in backend.threads[3 : 3 + PROBE_EVERY])
-    assert backend.threads[3 + PROBE_EVERY] == loop_thread  # the probe, after PROBE_EVERY batches on the thread
+    on_loop = [thread == loop_thread for thread in backend.threads]
+    assert on_loop[1:3] == [True, True]
+    moved = on_loop.index(False, 1)
+    assert not any(on_loop[moved : moved + PROBE_EVERY])
+    assert on_loop[moved + PROBE_EVERY]  # the probe, after PROBE_EVERY batches on the thread
 
 
 async def _run_alone(instance: ModelInstance, alone: bool) -> None:
@@ -224,7 +245,7 @@ async def _run_alone(instance: ModelInstance, alone: bool) -> None:
 
 def test_it_runs_a_lone_batch_inline_at_a_cost_it_would_keep_on_the_thread_otherwise() -> None:
     clock = FakeClock()
-    backend = CostedBackend(clock, cost_ns=150_000)  # 6x the 25 µs threshold, under ALONE_EXECUTE_NS
+    backend = CostedBackend(clock, cost_ns=450_000)  # past the 25 µs threshold's probes, under ALONE_EXECUTE_NS
     instance = _started(backend, clock)
 
     async def scenario() -> None:
@@ -236,8 +257,9 @@ def test_it_runs_a_lone_batch_inline_at_a_cost_it_would_keep_on_the_thread_other
 
     loop_thread = _loop_thread_of(instance, scenario)
     on_loop = [thread == loop_thread for thread in backend.threads]
+    assert backend.cost_ns >= PROBE_FACTOR * 25_000  # never probed inline with company
     assert on_loop == [False, False, True, True, False]
-    assert instance.inline_ns == 150_000
+    assert instance.inline_ns == 450_000
 
 
 def test_it_keeps_a_lone_batch_on_the_thread_above_the_alone_bound() -> None:

@@ -15,6 +15,7 @@ from engine.dispatch import ALONE_BELOW, IN_FLIGHT_WEIGHT, Dispatcher
 from engine.instances import ModelInstance
 from engine.stats import ModelStats
 from engine.types import InferenceRequest
+from tests.engine.cpu_clock import FakeClock
 
 CONFIG = ModelConfig(
     name="dear",
@@ -26,21 +27,13 @@ CONFIG = ModelConfig(
 COST_NS = 200_000  # dearer than the inline threshold, cheaper than ALONE_EXECUTE_NS
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0
-
-    def __call__(self) -> int:
-        return self.now
-
-
 class DearBackend(Backend):
     """Echoes its batch; each execution costs COST_NS on the fake clock and notes (thread, batch size)."""
 
     name = "dear"
     runs_on_loop = True
 
-    def __init__(self, clock: Clock) -> None:
+    def __init__(self, clock: FakeClock) -> None:
         super().__init__(CONFIG, Path("."), Device("CPU", 0))
         self.clock = clock
         self.runs: list[tuple[int, int]] = []
@@ -60,7 +53,7 @@ def _request() -> InferenceRequest:
 
 def _run(scenario) -> tuple[int, list[tuple[int, int]]]:
     """Run scenario(dispatcher) with one instance (threshold 25 µs); the loop's thread and the backend's runs."""
-    clock = Clock()
+    clock = FakeClock()
     backend = DearBackend(clock)
     instance = ModelInstance("dear-1-0", backend, inline_below_ns=25_000, cost_clock=clock)
     instance.start()

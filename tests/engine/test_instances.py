@@ -18,18 +18,9 @@ from engine.instances import ALONE_EXECUTE_NS, PROBE_EVERY, PROBE_FACTOR, ModelI
 from engine.lifecycle import instance_devices
 from engine.repository import with_cpu_instance_counts
 from engine.types import InferenceRequest
+from tests.engine.cpu_clock import FakeClock
 
 CPU = Device("CPU", 0)
-
-
-class FakeClock:
-    """The CPU-time clock of an instance: moves only when a backend says its batch took time."""
-
-    def __init__(self) -> None:
-        self.now = 0
-
-    def __call__(self) -> int:
-        return self.now
 
 
 class CostedBackend(Backend):

@@ -176,12 +176,13 @@ class Dispatcher:
     def _hand_out(self, lane: Lane, batcher: DynamicBatcher, idle: list[ModelInstance], now: int) -> None:
         while idle and batcher.size:
             instance = idle[-1]
-            on_cores = instance.on_cpu_cores and not instance.runs_inline
+            inline = instance.runs_inline
+            on_cores = instance.on_cpu_cores and not inline
             if on_cores and self._on_cores >= self.batch_cores:
                 return
             # several idle instances, batches on their threads, cores for them: each takes its share of the queue
             ways = min(len(idle), self.batch_cores - self._on_cores)
-            share = -(-batcher.inferences // ways) if ways > 1 and not instance.runs_inline else 0
+            share = -(-batcher.inferences // ways) if ways > 1 and not inline else 0
             batch = batcher.next_batch(now, share)
             if batch is None:
                 return

@@ -87,8 +87,8 @@ def app_from_environment() -> StandaloneApp:
         settings = read_engine_settings()
     except SettingError as exc:
         raise InvalidArgument(str(exc)) from None
-    # the process an ASGI server runs this app in serves it alone: it leaves start-up's objects out of full
-    # garbage collections (engine.frontend.lifespan.freeze_start_up_objects)
+    # the process an ASGI server runs this app in serves it alone: it tunes the interpreter once started
+    # (engine.frontend.lifespan.tune_serving_process)
     return StandaloneApp(InferenceServer(repository, settings=settings), grpc_host="127.0.0.1", serving_process=True)
 
 

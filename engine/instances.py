@@ -150,7 +150,7 @@ class ModelInstance:
         return self._thread_costs.typical
 
     @property
-    def execute_ns(self) -> float | None:
+    def execute_ns(self) -> int | None:
         """What a batch costs as far as measured: inline once it has run there, else on the thread."""
         return self.inline_ns if self.inline_ns is not None else self.thread_ns
 

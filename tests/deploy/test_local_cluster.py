@@ -1,10 +1,14 @@
 """Three replicas behind HAProxy (deploy/cluster.py) on one PostgreSQL database, one Redis and one model store.
 
 Started at the same moment on an empty database, they prepare it once. A change made through one replica is served
-by every replica within 2 s (asked of each replica, not of the balancer); a token revoked on one is refused by the
-others within 1 s; a session and the API rate hold whichever replica answers; a replica killed in the middle of a
-switch comes back serving the active version; a rolling restart under 64 connections through HAProxy fails no
-request.
+by every replica (asked of each, not of the balancer), woken by the change message: their periodic reconcile is an
+hour away; a token revoked on one is refused by the others; a session and the API rate hold whichever replica
+answers; a replica killed in the middle of a switch comes back serving the active version; a rolling restart under
+64 connections through HAProxy fails no request.
+
+How soon is measured, not asserted here: bench's cluster section times 20 switches reaching all three replicas
+against the 2 s goal (docs/benchmarks.md). The bounds below only keep a lost message from hanging the test; CI's
+two busy cores once took over 2 s for a switch that takes 50-150 ms on a quiet machine.
 """
 
 from __future__ import annotations
@@ -28,13 +32,18 @@ from tests.engine.model_factory import make_simple_onnx, simple_config, to_pbtxt
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
-CONVERGE_S = 2.0  # an upload or a switch is served by every replica within this
-REVOKE_S = 1.0  # a revoked token is refused by every replica within this
+# a change message missed by a replica would leave it unconverged for the hour of its periodic reconcile: these
+# bounds tell such a loss from a slow machine
+CONVERGE_S = 30.0  # an upload or a switch is served by every replica within this
+REVOKE_S = 30.0  # a revoked token is refused by every replica within this
+GONE_S = 60.0  # a killed replica is marked gone within this (3 missed heartbeats of 5 s, and a beat's lateness)
 API_RATE = 150  # per hour and token: the module's own calls with one token stay well under it
 ADMIN_PASSWORD = "cluster-test-admin-password"
 ENV = {
     "INFERA_INFERENCE_AUTH": "token",
-    "INFERA_RECONCILE_SECONDS": "2",  # heartbeats every 2 s: a killed replica is gone after 6
+    # only a change message (or a start-up) converges a replica within the test; heartbeats every 5 s (their most)
+    "INFERA_RECONCILE_SECONDS": "3600",
+    "INFERA_TOKEN_CHECK_SECONDS": "3600",  # only the revocation message refuses a revoked token within the test
     "INFERA_SECURE_COOKIES": "0",  # the test signs in over plain http
     "INFERA_DISABLE_NVML": "1",
     "INFERA_API_RATE": f"{API_RATE}/hour",
@@ -86,14 +95,25 @@ def infer(url: str, key: str, model: str = "adder") -> tuple[int, str | None]:
     return answer.status_code, answer.json().get("model_version") if answer.status_code == 200 else None
 
 
-def within(seconds: float, check: Callable[[], bool], what: str, poll: float = 0.02) -> float:
-    """Poll `check` until it holds; fail naming `what` if it does not within `seconds`. Returns the time taken."""
+def within(
+    seconds: float, check: Callable[[], bool], what: str, poll: float = 0.02, log: Callable[[], str] | None = None
+) -> float:
+    """Poll `check` until it holds; fail naming `what` (and the end of `log`, a replica's) if it does not within
+    `seconds`. Returns the time taken."""
     start = time.monotonic()
     while not check():
         if time.monotonic() - start > seconds:
-            pytest.fail(f"{what}: not within {seconds} s")
+            tail = f"\n--- the replica's log, its end:\n{log()[-6000:]}" if log is not None else ""
+            pytest.fail(f"{what}: not within {seconds} s{tail}")
         time.sleep(poll)
     return time.monotonic() - start
+
+
+def serves(cluster: Cluster, replica: int, version: str, key: str | None = None) -> None:
+    """Wait until `replica` answers an unversioned inference of adder with `version`."""
+    url, key = cluster.local.urls[replica], key or cluster.admin_key
+    log = cluster.local.replicas[replica].log
+    within(CONVERGE_S, lambda: infer(url, key) == (200, version), f"{url} serving adder/{version}", log=log)
 
 
 def summary(cluster: Cluster, number: int) -> str:
@@ -124,28 +144,29 @@ def test_it_prepared_the_empty_database_once(cluster: Cluster):
     assert set(MigrationLoader(None, ignore_no_migrations=True).disk_migrations) <= set(applied)
 
 
-def test_it_serves_an_upload_and_an_activation_on_every_replica_within_2_s(cluster: Cluster):
+def test_it_serves_an_upload_and_an_activation_on_every_replica_by_the_change_message(cluster: Cluster):
     assert cluster.api(0, "POST", "/api/models/", json={"name": "adder"}).status_code == 201
     answer = upload(cluster, 0)
     assert answer.status_code == 201, answer.text
-    for url in cluster.local.urls:
-        within(CONVERGE_S, lambda url=url: infer(url, cluster.admin_key) == (200, "1"), f"{url} serving adder/1")
+    for replica in range(3):
+        serves(cluster, replica, "1")
 
     answer = upload(cluster, 1, activate="true")  # through another replica
     assert answer.status_code == 201, answer.text
-    for url in cluster.local.urls:
-        within(CONVERGE_S, lambda url=url: infer(url, cluster.admin_key) == (200, "2"), f"{url} serving adder/2")
+    for replica in range(3):
+        serves(cluster, replica, "2")
     within(CONVERGE_S, lambda: summary(cluster, 2) == "READY on 3/3", "adder/2 READY on 3/3", poll=0.25)
     assert cluster.api(2, "GET", "/api/models/").json()[0]["replica_summary"] == "READY on 3/3"
 
 
-def test_it_refuses_a_revoked_token_on_every_replica_within_1_s(cluster: Cluster):
+def test_it_refuses_a_revoked_token_on_every_replica_by_the_revocation_message(cluster: Cluster):
     created = cluster.api(0, "POST", "/api/tokens/", json={"name": "short-lived"}).json()
     for url in cluster.local.urls:  # each replica has the token's verdict cached now
         assert infer(url, created["key"])[0] == 200
     assert cluster.api(0, "DELETE", f"/api/tokens/{created['id']}/").status_code == 204
-    for url in cluster.local.urls:
-        within(REVOKE_S, lambda url=url: infer(url, created["key"])[0] == 401, f"{url} refusing the revoked token")
+    for url, replica in zip(cluster.local.urls, cluster.local.replicas, strict=True):
+        refused = f"{url} refusing the revoked token"
+        within(REVOKE_S, lambda url=url: infer(url, created["key"])[0] == 401, refused, log=replica.log)
 
 
 def test_it_keeps_a_session_and_the_api_rate_whichever_replica_answers(cluster: Cluster):
@@ -170,15 +191,15 @@ def test_it_brings_a_replica_killed_mid_switch_back_serving_the_active_version(c
     local = cluster.local
     assert cluster.api(0, "POST", "/api/models/adder/versions/1/activate").status_code in (200, 202)
     local.kill("replica-3")  # SIGKILL while the switch back to version 1 goes round
-    for url in local.urls[:2]:
-        within(CONVERGE_S, lambda url=url: infer(url, cluster.admin_key) == (200, "1"), f"{url} serving adder/1")
+    for replica in range(2):
+        serves(cluster, replica, "1")
 
     def gone() -> bool:
         return [r["name"] for r in cluster.api(0, "GET", "/api/models/adder/").json()["cluster"]["gone"]] == [
             "replica-3"
         ]
 
-    within(15, gone, "replica-3 marked gone once its heartbeat stopped", poll=0.25)
+    within(GONE_S, gone, "replica-3 marked gone once its heartbeat stopped", poll=0.25)
     assert summary(cluster, 1) == "READY on 2/2"
 
     local.start_replica("replica-3")  # returns once /v2/health/ready answers 200

@@ -1,6 +1,7 @@
 """Where the CPU goes under load: CPU per request of wrk, the server's event loop, its instances and the rest.
 
-`python -m bench.cpu_split [--model mlp_large] [--connections 64] [--seconds 8] [--instances N] [--launch MODE]`
+`python -m bench.cpu_split [--model mlp_large] [--connections 64] [--seconds 8] [--instances N] [--launch MODE]
+[--py-spy FILE [--native]]`
 serves one bench model under uvicorn, loads it with wrk (one thread) and reads each thread's CPU time from /proc
 before and after: the loop (the server's main thread: uvicorn, the v2 app, decoding, encoding, batching), the
 instances' worker threads (named after their instance: the backend's compute with onnxruntime's one intra-op
@@ -8,6 +9,8 @@ thread), every other thread of the server, and wrk. Next to it: the mean batch t
 compute time per inference, and direct `session.run` at that batch and at 64 with the same thread settings, so
 the comparison with the direct ceiling says which part of the gap is compute and which is the request path.
 CPU time is what each part used, not what it waited for; on 2 shared cores the sum is at most 2 s a second.
+`--launch echo` serves the bare ASGI echo instead, `echo-protocol` the echo answered by uvicorn's protocol past
+ASGI (bench/echo_protocol.py); `--native` adds C frames to the py-spy tables, the system calls among them.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from bench.flame import Recording, busiest_thread, markdown, top_frames
 from bench.http_runs import checked_load, write_echo_responses
 from bench.infera import infera_spec
 from bench.models import MODELS, config_pbtxt, write_repository
-from bench.servers import ServerProcess, echo_spec, free_port
+from bench.servers import ServerProcess, echo_protocol_spec, echo_spec, free_port
 from bench.system import load_average
 from bench.wrk import WrkScripts, run_wrk
 
@@ -87,9 +90,13 @@ def measure(args: argparse.Namespace, folder: Path) -> dict:
     if args.instances:
         config = config_pbtxt(model).replace("{ kind: KIND_CPU }", f"{{ kind: KIND_CPU count: {args.instances} }}")
         (repository / args.model / "config.pbtxt").write_text(config)
-    echo = args.launch == "echo"
+    echo = args.launch in ("echo", "echo-protocol")
     if echo:  # the ceiling: the same uvicorn, the bare echo app answering Infera's response (bench/echo_app.py)
-        spec = echo_spec("uvicorn", free_port(), write_echo_responses(folder / "echo", repository, [args.model]))
+        responses = write_echo_responses(folder / "echo", repository, [args.model])
+        if args.launch == "echo-protocol":  # uvicorn's protocol answering it itself (bench/echo_protocol.py)
+            spec = echo_protocol_spec(free_port(), responses)
+        else:
+            spec = echo_spec("uvicorn", free_port(), responses)
     else:
         spec = infera_spec("uvicorn", free_port(), repository, folder / "home", mode=args.launch)
     scripts = WrkScripts()
@@ -101,7 +108,7 @@ def measure(args: argparse.Namespace, folder: Path) -> dict:
             pid = server.process.pid  # uvicorn, or manage.py serve running it in process
             stats_before = {} if echo else statistics(spec.base_url, args.model)
             cpu_before, wrk_before = thread_cpu(pid), resource.getrusage(resource.RUSAGE_CHILDREN)
-            recording = Recording(pid, args.seconds, Path(args.py_spy)) if args.py_spy else None
+            recording = Recording(pid, args.seconds, Path(args.py_spy), native=args.native) if args.py_spy else None
             started = time.perf_counter()
             run = run_wrk(url, script, args.connections, args.seconds)
             elapsed = time.perf_counter() - started
@@ -176,10 +183,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--instances", type=int, default=0, help="instance_group count (0: the config's default)")
-    parser.add_argument("--launch", default="standalone", choices=["standalone", "console", "auto", "echo"])
+    parser.add_argument(
+        "--launch", default="standalone", choices=["standalone", "console", "auto", "echo", "echo-protocol"]
+    )
     parser.add_argument("--direct-seconds", type=float, default=3.0)
     parser.add_argument("--py-spy", default="", help="record the server with py-spy into this raw file")
     parser.add_argument("--top", type=int, default=25, help="frames in each py-spy table")
+    parser.add_argument("--native", action="store_true", help="py-spy records C frames too (system calls)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="infera-cpu-split-") as name:
         result = measure(args, Path(name))

@@ -27,12 +27,15 @@ class Frame:
 
 
 class Recording:
-    """A `py-spy record` of `pid` for `seconds`, written to `path` in py-spy's raw (collapsed) format."""
+    """A `py-spy record` of `pid` for `seconds`, written to `path` in py-spy's raw (collapsed) format; `native`
+    adds the C frames (the system calls a Python frame's own time otherwise hides)."""
 
-    def __init__(self, pid: int, seconds: float, path: Path, *, rate: int = 100) -> None:
+    def __init__(self, pid: int, seconds: float, path: Path, *, rate: int = 100, native: bool = False) -> None:
         self.path = path
         command = [PY_SPY, "record", "--pid", str(pid), "--duration", str(max(1, round(seconds)))]
         command += ["--rate", str(rate), "--format", "raw", "--threads", "--function", "--output", str(path)]
+        if native:
+            command.append("--native")
         self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
     def wait(self, timeout: float = 60.0) -> str:

@@ -151,3 +151,13 @@ def echo_spec(server: str, port: int, echo_dir: Path) -> ServerSpec:
         port,
         env={"BENCH_ECHO_DIR": str(echo_dir)},
     )
+
+
+def echo_protocol_spec(port: int, echo_dir: Path) -> ServerSpec:
+    """The echo answered by uvicorn's protocol itself, past ASGI (bench/echo_protocol.py)."""
+    return ServerSpec(
+        "echo-protocol",
+        [PYTHON, "-m", "bench.echo_protocol", str(port)],
+        port,
+        env={"BENCH_ECHO_DIR": str(echo_dir)},
+    )

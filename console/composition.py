@@ -18,6 +18,7 @@ from console.config import InferaSettings
 from console.forwarded import ForwardedHeaders, trusted_networks
 from console.peers.identity import ProcessIdentity
 from console.runtime import RUNTIME_KEY, Runtime
+from engine.frontend import Reply, Route
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -76,6 +77,27 @@ class InferaApplication:
                 await self.runtime.engine_app(scope, receive, send)
             else:
                 await self.django_app(scope, receive, send)
+        finally:
+            connections.request_ended()
+
+    # ---- requests that the HTTP protocol answers itself (console/direct_requests.py)
+
+    def direct_route(self, path: str, method: str) -> Route | None:
+        """The route when a request may be answered past ASGI (`respond_direct`): a /v2 inference or probe, once
+        the runtime has begun; None sends it the ASGI way."""
+        if not path.startswith("/v2/") or not self.runtime.lifespan.begun:
+            return None
+        return self.runtime.v2.direct_route(path, method)
+
+    async def respond_direct(self, scope: Scope, body: bytes, route: Route) -> Reply:
+        """The answer to a request whose whole body the protocol has read: the v2 app's, counted in the
+        runtime's Connections and with the client's address behind a trusted load balancer, as `__call__` does."""
+        scope[RUNTIME_KEY] = self.runtime
+        self.forwarded.apply(scope)
+        connections = self.runtime.connections
+        connections.request_started()
+        try:
+            return await self.runtime.v2.respond(scope, body=body, route=route)  # never a stream on a direct route
         finally:
             connections.request_ended()
 

@@ -84,7 +84,7 @@ def run_uvicorn(
         host=host,
         port=port,
         loop="uvloop",
-        http=timed_protocol(http, application.runtime.connections),
+        http=timed_protocol(http, application.runtime.connections, direct=application),
         lifespan="on",
         # forwarding headers are read by the application, from INFERA_TRUSTED_PROXIES only (console/forwarded.py)
         proxy_headers=False,

@@ -13,7 +13,7 @@ from engine.frontend.cross_site import check_repository_content_type, check_same
 from engine.frontend.generate import StreamReply
 from engine.frontend.handlers import ASYNC_HANDLERS, SYNC_HANDLERS, Incoming, Reply, RepositoryControl, infer
 from engine.frontend.lifespan import ServiceLifespan
-from engine.frontend.routes import HEALTH_ENDPOINTS, REPOSITORY_CHANGES, resolve
+from engine.frontend.routes import DIRECT_ENDPOINTS, HEALTH_ENDPOINTS, REPOSITORY_CHANGES, Route, resolve
 from engine.protocol import error_body
 
 if TYPE_CHECKING:
@@ -67,23 +67,41 @@ class V2App:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
-        if kind != "http":  # an HTTP request is answered in this frame: one coroutine fewer per request
+        if kind != "http":
             if kind == "lifespan":
                 await ServiceLifespan().handle(receive, send)  # whoever composes this app owns start-up
             elif kind == "websocket":
                 await send({"type": "websocket.close", "code": 1008})
             return
-        route = resolve(scope["path"])
+        reply = await self.respond(scope, receive)
+        if isinstance(reply, StreamReply):
+            await send_stream(send, receive, reply)
+        else:
+            await send_reply(send, reply)
+
+    def direct_route(self, path: str, method: str) -> Route | None:
+        """The route of a request that an HTTP server may answer with `respond(scope, body=...)` once it has read
+        the body itself (engine.frontend.routes.DIRECT_ENDPOINTS: never a stream), else None."""
+        route = resolve(path)
+        if route is None or route.endpoint not in DIRECT_ENDPOINTS or method != route.method:
+            return None
+        return route
+
+    async def respond(
+        self, scope: Scope, receive: Receive | None = None, body: bytes | None = None, route: Route | None = None
+    ) -> Reply | StreamReply:
+        """The answer to an HTTP request: its body read with `receive`, or given whole as `body` by a server that
+        read it itself (after `direct_route`, which also gives `route`). Every refusal is an answer too."""
         if route is None:
-            await send_reply(send, Reply(404, error_body("Not Found")))
-            return
+            route = resolve(scope["path"])
+            if route is None:
+                return Reply(404, error_body("Not Found"))
         method = scope["method"]
         if method != route.method and not route.allows(method):
             allowed = route.method.replace(",", " or ")
             reply = Reply(405, error_body(f"method {method} is not allowed; use {allowed}"))
             reply.headers.append((b"allow", route.method.replace(",", ", ").encode()))
-            await send_reply(send, reply)
-            return
+            return reply
         try:
             incoming = Incoming(
                 route=route,
@@ -105,7 +123,11 @@ class V2App:
                     raise may_not_change(incoming.principal, route.model or "")
             if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
                 raise _too_large(self.max_body_bytes)  # refused before a byte of the body is read
-            if method == "POST":
+            if body is not None:
+                if len(body) > self.max_body_bytes:
+                    raise _too_large(self.max_body_bytes)
+                incoming.body = body
+            elif method == "POST":
                 incoming.body = await read_body(receive, self.max_body_bytes)
             endpoint = route.endpoint
             if endpoint == "infer":
@@ -125,10 +147,7 @@ class V2App:
         except Exception as exc:  # a bug must still answer, and must not take the server down
             log.exception("unexpected error on %s %s", scope["method"], scope["path"])
             reply = Reply(500, error_body(f"internal error: {type(exc).__name__}: {exc}"))
-        if isinstance(reply, StreamReply):
-            await send_stream(send, receive, reply)
-        else:
-            await send_reply(send, reply)
+        return reply
 
 
 def _read_headers(scope: Scope, incoming: Incoming) -> tuple[bytes | None, bool]:

@@ -12,6 +12,11 @@ GET_OR_POST = "GET,POST"
 HEALTH_ENDPOINTS = frozenset({"health_live", "health_ready"})
 # endpoints that change what the server serves
 REPOSITORY_CHANGES = frozenset({"repository_load", "repository_unload"})
+# endpoints an HTTP server may answer past ASGI once it has read a small body itself (V2App.direct_route): the
+# requests and probes that come again and again, each answered in one piece (never a stream)
+DIRECT_ENDPOINTS = frozenset(
+    {"infer", "health_live", "health_ready", "model_ready", "server_metadata", "model_metadata"}
+)
 # endpoint under /v2/models/{m}[/versions/{v}]/<action> -> its method
 _MODEL_ACTIONS = {"ready": GET, "config": GET, "stats": GET, "infer": POST, "generate": POST, "generate_stream": POST}
 _REQUESTS = frozenset({"infer", "generate", "generate_stream"})  # endpoints named as they are, not model_<action>

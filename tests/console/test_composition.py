@@ -10,6 +10,7 @@ import pytest
 from console.composition import InferaApplication, is_engine_path
 from console.runtime import RUNTIME_KEY, START_ORDER, Runtime, runtime_of
 from console.shutdown import Connections
+from engine.frontend import Reply, Route
 from engine.frontend.lifespan import ServiceLifespan
 from engine.settings import GrpcSettings
 
@@ -92,6 +93,48 @@ async def test_it_sends_v2_requests_straight_to_the_v2_app():
         await call(app, {"type": "http", "path": path})
     assert v2_app.paths == ["/v2/models/simple/infer", "/v2"]
     assert engine_app.paths == ["/metrics", "/v1/models"]
+
+
+class DirectV2:
+    """The v2 app's side of direct answers: its routes for any path, and answers that note their scope."""
+
+    def __init__(self) -> None:
+        self.scopes: list[dict] = []
+
+    def direct_route(self, path: str, method: str) -> Route | None:
+        return Route("infer", method, model="simple")
+
+    async def respond(self, scope: dict, body: bytes, route: Route) -> Reply:
+        self.scopes.append(scope)
+        return Reply(200, body)
+
+
+async def test_it_answers_direct_requests_only_on_v2_once_the_runtime_has_begun():
+    steps = SlowStart()
+    app, *_ = compose(steps)
+    app.runtime.v2 = DirectV2()
+    assert app.direct_route("/v2/models/simple/infer", "POST") is None  # not begun: the ASGI way starts it
+    app.runtime.lifespan.begin()
+    assert app.direct_route("/v2/models/simple/infer", "POST") == Route("infer", "POST", model="simple")
+    for path in ("/metrics", "/v1/models", "/accounts/login/", "/v2x/models"):
+        assert app.direct_route(path, "POST") is None
+    steps.may_finish.set()
+    await app.runtime.lifespan.begin()
+
+
+async def test_it_counts_a_direct_request_and_hands_it_the_runtime():
+    app, *_ = compose()
+    v2 = app.runtime.v2 = DirectV2()
+    seen: list[int] = []
+
+    async def respond(scope: dict, body: bytes, route: Route) -> Reply:
+        seen.append(app.runtime.connections.requests)
+        return await DirectV2.respond(v2, scope, body, route)
+
+    v2.respond = respond
+    reply = await app.respond_direct({"type": "http", "headers": []}, b"{}", Route("infer", "POST"))
+    assert reply.body == b"{}" and seen == [1] and app.runtime.connections.requests == 0
+    assert v2.scopes[0][RUNTIME_KEY] is app.runtime
 
 
 async def test_it_routes_by_type_and_path_and_hands_every_app_the_runtime():

@@ -52,13 +52,14 @@ class OnWorker:
 
     def ask(self, method: str, path: str, body: str | None = None, auth: bool = False, last: bool = False) -> Answer:
         sock = self.connection.sock
+        assert sock is not None  # still the identified connection: a closed one would reopen to any worker
         headers = {"Content-Type": "application/json"} if body is not None else {}
         headers |= {"Authorization": f"Token {self.key}"} if auth else {"Cookie": self.cookie}
         self.connection.request(method, path, body=body, headers=headers)
         response = self.connection.getresponse()
         answer = Answer(response.status, {k.lower(): v for k, v in response.getheaders()}, response.read())
-        # a closed connection would reopen to any worker: every answer must come on the one identified
-        assert self.connection.sock is sock and (last or answer.headers.get("connection") != "close")
+        if not last:  # the connection stays open for the next question (a draining worker closes it after the last)
+            assert self.connection.sock is sock and answer.headers.get("connection") != "close"
         return answer
 
 

@@ -55,7 +55,7 @@ def _run(scenario) -> tuple[int, list[tuple[int, int]]]:
     """Run scenario(dispatcher) with one instance (threshold 25 µs); the loop's thread and the backend's runs."""
     clock = FakeClock()
     backend = DearBackend(clock)
-    instance = ModelInstance("dear-1-0", backend, inline_below_ns=25_000, cost_clock=clock)
+    instance = ModelInstance("dear-1-0", backend, inline_below_ns=25_000, cost_clock=clock, inline_clock=clock)
     instance.start()
 
     async def main() -> int:

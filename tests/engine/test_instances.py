@@ -61,7 +61,7 @@ async def _run_batches(instance: ModelInstance, count: int) -> None:
 
 
 def _started(backend: CostedBackend, clock: FakeClock, threshold_ns: int = 25_000) -> ModelInstance:
-    instance = ModelInstance("costed-1-0", backend, inline_below_ns=threshold_ns, cost_clock=clock)
+    instance = ModelInstance("costed-1-0", backend, inline_below_ns=threshold_ns, cost_clock=clock, inline_clock=clock)
     instance.start()
     return instance
 
@@ -222,6 +222,29 @@ def test_it_probes_again_after_a_while_on_the_thread() -> None:
     assert on_loop[moved + PROBE_EVERY]  # the probe, after PROBE_EVERY batches on the thread
 
 
+class TwoClockBackend(CostedBackend):
+    """Moves the wall clock by `cost_ns` and the thread's CPU clock by `cpu_ns` with each execution."""
+
+    def __init__(self, wall: FakeClock, cpu: FakeClock, cost_ns: int, cpu_ns: int) -> None:
+        super().__init__(wall, cost_ns)
+        self.cpu, self.cpu_ns = cpu, cpu_ns
+
+    def execute(self, batch):
+        self.cpu.now += self.cpu_ns
+        return super().execute(batch)
+
+
+def test_it_reads_the_wall_clock_inline_and_the_threads_cpu_clock_on_the_thread() -> None:
+    wall, cpu = FakeClock(), FakeClock()
+    backend = TwoClockBackend(wall, cpu, cost_ns=5_000, cpu_ns=90_000)
+    instance = ModelInstance("costed-1-0", backend, inline_below_ns=25_000, cost_clock=cpu, inline_clock=wall)
+    instance.start()
+
+    loop_thread = _loop_thread_of(instance, lambda: _run_batches(instance, 2))
+    assert backend.threads[0] != loop_thread and backend.threads[1] == loop_thread  # measured there, probed here
+    assert (instance.thread_ns, instance.inline_ns) == (90_000, 5_000)
+
+
 async def _run_alone(instance: ModelInstance, alone: bool) -> None:
     """One batch through `run`, as the dispatcher hands it, said to be alone (or not)."""
     future = asyncio.get_running_loop().create_future()
@@ -281,7 +304,7 @@ class NamedThreadBackend(CostedBackend):
 def test_it_names_its_worker_thread_after_the_instance_in_the_os() -> None:
     clock = FakeClock()
     backend = NamedThreadBackend(clock, cost_ns=5_000_000)
-    instance = ModelInstance("a_long_model_name-12-3", backend, inline_below_ns=0, cost_clock=clock)
+    instance = ModelInstance("a_long_model_name-12-3", backend, inline_below_ns=0, cost_clock=clock, inline_clock=clock)
     instance.start()
 
     _loop_thread_of(instance, lambda: _run_batches(instance, 1))

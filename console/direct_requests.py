@@ -15,12 +15,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 
 from engine.frontend import Reply, Route
 
-# bodies up to this size are read whole before the answer begins; larger ones take uvicorn's cycle
-DIRECT_BODY_BYTES = 1024 * 1024
+# bodies up to this size are read whole before the answer begins, larger ones take uvicorn's cycle: what uvicorn's
+# own cycle buffers before it pauses reading (64 KiB), so a client that is refused (no token, say) after its body
+# has arrived held no more of the server's memory than it could before
+DIRECT_BODY_BYTES = HIGH_WATER_LIMIT
 
 
 class _NoEvent:

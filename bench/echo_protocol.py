@@ -1,7 +1,7 @@
 """The HTTP ceiling past ASGI: uvicorn's httptools protocol answering a v2 inference with a canned response itself.
 
 bench/echo_app.py measures what an ASGI app can reach under uvicorn; this measures what uvicorn's protocol reaches
-when it answers without its ASGI request cycle, as Infera's /v2 inference is answered (console/direct_requests.py):
+when it answers without its ASGI request cycle, as Infera's /v2 inference is answered (engine/frontend/direct_http.py):
 the body read whole, the answer written in one piece. Anything but a POST to a `.../infer` path goes to the ASGI
 echo. `python -m bench.echo_protocol PORT` with BENCH_ECHO_DIR set, as bench/echo_app.py.
 """

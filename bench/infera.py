@@ -14,6 +14,7 @@ from pathlib import Path
 from bench.servers import PYTHON, ROOT, NotAvailable, ServerSpec, server_command
 
 STANDALONE_APP = "engine.frontend.standalone:app"
+STANDALONE_PROTOCOL = "engine.frontend.standalone:DirectProtocol"
 LAUNCH_MODES = ("auto", "console", "standalone")
 ADMIN_USERNAME = "admin"
 ADMIN_PASSWORD = "bench-admin-password"
@@ -134,4 +135,7 @@ def infera_spec(
     if missing:
         raise NotAvailable(missing)
     env = {"INFERA_MODEL_REPOSITORY": str(repository)}
-    return ServerSpec(f"infera-{server}", server_command(server, STANDALONE_APP, port), port, env=env)
+    command = server_command(server, STANDALONE_APP, port)
+    if server == "uvicorn":  # the last --http counts: /v2 inference answered past ASGI, as the console serves it
+        command += ["--http", STANDALONE_PROTOCOL]
+    return ServerSpec(f"infera-{server}", command, port, env=env)

@@ -80,7 +80,7 @@ class InferaApplication:
         finally:
             connections.request_ended()
 
-    # ---- requests that the HTTP protocol answers itself (console/direct_requests.py)
+    # ---- requests that the HTTP protocol answers itself (engine/frontend/direct_http.py)
 
     def direct_route(self, path: str, method: str) -> Route | None:
         """The route when a request may be answered past ASGI (`respond_direct`): a /v2 inference or probe, once

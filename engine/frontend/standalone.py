@@ -1,4 +1,6 @@
-"""The v2 front end with its own engine, for running the engine alone: `uvicorn engine.frontend.standalone:app`.
+"""The v2 front end with its own engine, for running the engine alone: `uvicorn engine.frontend.standalone:app`
+(add `--http engine.frontend.standalone:DirectProtocol` to answer /v2 inference past uvicorn's ASGI cycle,
+engine/frontend/direct_http.py).
 
 `INFERA_MODEL_REPOSITORY` names the model repository; the rest of the engine's settings come from the environment
 too (engine.settings: INFERA_MAX_BODY_BYTES, INFERA_ALLOW_PYTHON_MODELS, INFERA_OPEN_REPOSITORY_CONTROL,
@@ -14,10 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import InvalidArgument
+from engine.frontend.direct_http import DirectRequestsProtocol
 from engine.frontend.grpc_server import GrpcFrontEnd
+from engine.frontend.handlers import Reply
 from engine.frontend.http import Receive, Scope, Send, V2App
 from engine.frontend.lifespan import ServiceLifespan
 from engine.frontend.openai import OpenAIApp
+from engine.frontend.routes import Route
 from engine.monitoring.prometheus import MetricsApp
 from engine.server import InferenceServer
 from engine.settings import EngineSettings, SettingError, read_engine_settings
@@ -65,6 +70,16 @@ class StandaloneApp:
         """Start the engine once, loading every model of the repository."""
         await self.lifespan.on_connection()
 
+    def direct_route(self, path: str, method: str) -> Route | None:
+        """The route when uvicorn's protocol may answer the request itself (DirectProtocol): a /v2 inference or
+        probe, once the engine's start has begun."""
+        if not path.startswith("/v2/") or not self.lifespan.begun:
+            return None
+        return self.v2.direct_route(path, method)
+
+    async def respond_direct(self, scope: Scope, body: bytes, route: Route) -> Reply:
+        return await self.v2.respond(scope, body=body, route=route)  # never a stream on a direct route
+
 
 def create_standalone_app(
     repository_path: Path | str,
@@ -93,6 +108,14 @@ def app_from_environment() -> StandaloneApp:
 
 
 _app: StandaloneApp | None = None
+
+
+class DirectProtocol(DirectRequestsProtocol):
+    """uvicorn's protocol for `app`, answering its /v2 inference and probes past ASGI (`--http` names it)."""
+
+    @property
+    def responder(self) -> StandaloneApp | None:
+        return _app  # built by uvicorn's loading of `app` before any connection
 
 
 def __getattr__(name: str) -> Any:

@@ -19,6 +19,7 @@ ALLOWED = {
     "engine.analysis",  # analyses: candidate configs measured on temporary versions (the analyzer)
     "engine.frontend",
     "engine.frontend.http",
+    "engine.frontend.direct_http",  # uvicorn's protocol answering /v2 inference past ASGI (the console's extends it)
     "engine.frontend.lifespan",
     "engine.frontend.grpc_server",
     "engine.frontend.openai",  # the OpenAI-compatible front end, and how a config declares a text generator

@@ -141,6 +141,8 @@ def _command(kind: str, port: int) -> list[str]:
             "-m",
             "uvicorn",
             "engine.frontend.standalone:app",
+            "--http",  # as the console serves: /v2 inference answered past uvicorn's ASGI cycle
+            "engine.frontend.standalone:DirectProtocol",
             "--host",
             "127.0.0.1",
             "--port",

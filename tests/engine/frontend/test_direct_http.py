@@ -1,7 +1,7 @@
-"""console/direct_requests.py under the console's uvicorn protocol, on loopback, over a real engine and V2App: /v2
-inference and probes are answered past uvicorn's ASGI cycle with the bytes the ASGI path answers, in one write;
-whatever the direct path does not take (HTTP/1.0, a query, 100-continue, a chunked or large body, another path,
-a request pipelined behind one still answered) goes the ASGI way, answered in order."""
+"""engine/frontend/direct_http.py under uvicorn, on loopback, over a real engine and V2App: /v2 inference and probes
+are answered past uvicorn's ASGI cycle with the bytes the ASGI path answers, in one write; whatever the direct path
+does not take (HTTP/1.0, a query, 100-continue, a chunked or large body, another path, a request pipelined behind
+one still answered, a draining server) goes the ASGI way, answered in order."""
 
 from __future__ import annotations
 
@@ -15,12 +15,10 @@ from typing import Any
 import pytest
 import uvicorn
 
-from console.direct_requests import DIRECT_BODY_BYTES, direct_length, response_bytes
-from console.shutdown import Connections
-from console.uvicorn_limits import timed_protocol
 from engine.frontend import Reply, Route, V2App
+from engine.frontend.direct_http import DIRECT_BODY_BYTES, DirectRequestsProtocol, direct_length, response_bytes
 from engine.server import InferenceServer
-from engine.settings import EngineSettings, HttpSettings
+from engine.settings import EngineSettings
 from tests.engine.model_factory import make_simple_onnx
 
 BODY = json.dumps(
@@ -42,20 +40,23 @@ def infer_request(path: str = "/v2/models/simple/infer", body: bytes = BODY, ext
 
 
 class Responder:
-    """The composition's part (console/composition.py): the V2App's direct routes and answers, counted; and the
-    ASGI app, counted, for what uvicorn's cycle takes."""
+    """The application's part (the console's composition, the standalone app): the V2App's direct routes and
+    answers, counted; and the ASGI app, counted, for what uvicorn's cycle takes."""
 
     def __init__(self, v2: V2App) -> None:
         self.v2 = v2
         self.direct: list[str] = []
         self.asgi: list[str] = []
         self.hold: asyncio.Event | None = None  # when set up, direct answers wait for it
+        self.arrived = asyncio.Event()  # set by the first direct request
+        self.draining = False
 
     def direct_route(self, path: str, method: str) -> Route | None:
         return self.v2.direct_route(path, method)
 
     async def respond_direct(self, scope: dict[str, Any], body: bytes, route: Route) -> Reply:
         self.direct.append(scope["path"])
+        self.arrived.set()
         if self.hold is not None:
             await self.hold.wait()
         return await self.v2.respond(scope, body=body, route=route)
@@ -100,6 +101,16 @@ async def read_response(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
     return head, await asyncio.wait_for(reader.readexactly(length), timeout=30)
 
 
+async def held_request(served: Harness) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A direct inference on a new connection that has reached the responder, its answer held until the test
+    sets `served.responder.hold`."""
+    served.responder.hold = asyncio.Event()
+    reader, writer = await asyncio.open_connection("127.0.0.1", served.port)
+    writer.write(infer_request())
+    await asyncio.wait_for(served.responder.arrived.wait(), timeout=30)
+    return reader, writer
+
+
 def outputs(body: bytes) -> dict[str, list]:
     return {o["name"]: o["data"] for o in json.loads(body)["outputs"]}
 
@@ -115,9 +126,11 @@ async def served(tmp_path: Path):
     await engine.start()
     responder = Responder(V2App(engine))
     writes: list[list[bytes]] = []
-    base = timed_protocol(HttpSettings(), Connections(), direct=responder)
 
-    class Recorded(base):  # type: ignore[misc, valid-type]
+    class Recorded(DirectRequestsProtocol):
+        def draining(self) -> bool:
+            return responder.draining
+
         def connection_made(self, transport: Any) -> None:
             writes.append([])
             real_write = transport.write
@@ -129,6 +142,7 @@ async def served(tmp_path: Path):
             transport.write = write
             super().connection_made(transport)
 
+    Recorded.responder = responder
     listener = socket.create_server(("127.0.0.1", 0))
     config = uvicorn.Config(
         responder.app, http=Recorded, lifespan="off", log_level="warning", loop="asyncio", interface="asgi3"
@@ -214,12 +228,20 @@ async def test_it_closes_the_connection_after_a_request_that_asks_it_to(served: 
     assert served.responder.direct == ["/v2/models/simple/infer"]
 
 
+async def test_it_closes_after_its_answer_and_leaves_new_requests_to_asgi_while_draining(served: Harness) -> None:
+    reader, writer = await held_request(served)
+    served.responder.draining = True  # the server begins to drain while the answer is being made
+    served.responder.hold.set()
+    head, body = await read_response(reader)
+    assert b"connection: close\r\n" in head and outputs(body)["OUTPUT0"] == SUMS
+    assert await asyncio.wait_for(reader.read(), timeout=30) == b""
+    writer.close()
+    ((head, _),) = await served.exchange(infer_request())
+    assert head.startswith(b"HTTP/1.1 200 OK") and served.responder.asgi == ["/v2/models/simple/infer"]
+
+
 async def test_it_keeps_serving_after_a_client_leaves_before_its_answer(served: Harness) -> None:
-    served.responder.hold = asyncio.Event()
-    reader, writer = await asyncio.open_connection("127.0.0.1", served.port)
-    writer.write(infer_request())
-    while not served.responder.direct:
-        await asyncio.sleep(0.01)  # polled under the test's own timeout: the request reaches the responder
+    reader, writer = await held_request(served)
     writer.close()
     await writer.wait_closed()
     served.responder.hold.set()
@@ -253,3 +275,20 @@ async def test_it_logs_a_direct_answer_as_uvicorns_access_log_does(served: Harne
     client, method, path, version, status = record.args
     assert (method, path, version, status) == ("POST", "/v2/models/simple/infer", "1.1", 200)
     assert client.startswith("127.0.0.1:")
+
+
+async def test_the_standalone_app_answers_v2_directly_once_its_engine_has_begun(tmp_path: Path) -> None:
+    from engine.frontend.standalone import create_standalone_app
+
+    make_simple_onnx(tmp_path, name="simple")
+    app = create_standalone_app(tmp_path, gpu_count=0)
+    assert app.direct_route("/v2/models/simple/infer", "POST") is None  # not begun: the ASGI way starts it
+    await app.start()
+    try:
+        route = app.direct_route("/v2/models/simple/infer", "POST")
+        assert route is not None and app.direct_route("/metrics", "GET") is None
+        scope = {"type": "http", "method": "POST", "path": "/v2/models/simple/infer", "headers": []}
+        reply = await app.respond_direct(scope, BODY, route)
+        assert reply.status == 200 and outputs(reply.body)["OUTPUT0"] == SUMS
+    finally:
+        await app.lifespan.shutdown()

@@ -318,11 +318,23 @@ Message = tuple[dict[str, Any], list[np.ndarray]]
 class Exchange:
     """Questions and answers over one channel. Whoever waits for an answer reads the channel meanwhile (handling
     what else arrives), so an answer reaches its asker without a hop through another thread; when nobody is
-    asking, `serve` reads. Messages that are not answers go to `handle`, outside the read lock."""
+    asking, `serve` reads. Messages that are not answers go to `handle`.
 
-    def __init__(self, channel: Channel, handle: Callable[[dict[str, Any], list[np.ndarray]], None]) -> None:
+    `in_order`: `serve` also hands a message to `handle` before it lets another thread read, so messages are
+    handled in the order they came whichever thread reads them (the server's side: a stream's responses must
+    reach it in order, and its handler never waits on the link). Without it `serve` hands messages over outside
+    the read lock (the stub's side: its handler runs model code, which may ask over the same link)."""
+
+    def __init__(
+        self,
+        channel: Channel,
+        handle: Callable[[dict[str, Any], list[np.ndarray]], None],
+        *,
+        in_order: bool = False,
+    ) -> None:
         self.channel = channel
         self.handle = handle
+        self.in_order = in_order
         self._read_lock = threading.Lock()
         self._ids = itertools.count(1)
         self._answers: dict[int, deque[Message]] = {}  # answers that came and were not read yet, per question
@@ -404,6 +416,9 @@ class Exchange:
             self.channel.readable(None)
             with self._read_lock:
                 message = self._receive() if self.closed is None and self.channel.readable(0) else None
+                if message is not None and self.in_order:
+                    self._dispatch(message)
+                    continue
             if message is not None:
                 self._dispatch(message)
 

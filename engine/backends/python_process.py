@@ -107,7 +107,8 @@ class StubProcess:
             theirs.close()
         # the server's copy of the stub's outgoing region is only read
         self.channel = Channel(ours, to_stub, to_server)
-        self.exchange = Exchange(self.channel, self._handle)
+        # the handler never waits on the link: messages are handled in the order they came (a stream's responses)
+        self.exchange = Exchange(self.channel, self._handle, in_order=True)
         self._reader = threading.Thread(target=self._read, name=f"infera-stub-{self.label}", daemon=True)
         self._reader.start()
 

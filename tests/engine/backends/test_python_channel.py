@@ -127,3 +127,43 @@ def test_it_drops_a_message_it_cannot_handle_and_goes_on_serving(caplog):
     assert "could not be handled" in caplog.text
     theirs.close()
     channel.close()
+
+
+def test_the_server_handles_messages_in_the_order_they_came_whoever_reads_them():
+    """The bug: the serving thread read a decoupled model's response and handed it over after releasing the read
+    lock; an asking thread (the next execute) read the responses behind it and the final meanwhile, so the first
+    one reached its stream after the final and was dropped ('echo: monitord' for 'echo: monitored')."""
+    ours, theirs = socket.socketpair()
+    channel = Channel(ours, Region.create("out"), Region.create("in"))
+    peer = Channel(theirs, Region.create("peer-out"), Region.create("peer-in"))
+    handled: list[int] = []
+    changed = threading.Condition()
+    first_in_hand = threading.Event()
+
+    def handle(header: dict, arrays: list) -> None:
+        index = header["index"]
+        if index == 1:
+            first_in_hand.set()
+            with changed:  # an asker must not overtake this one meanwhile: bounded, the answer is "never"
+                changed.wait_for(lambda: 2 in handled, timeout=1)
+        with changed:
+            handled.append(index)
+            changed.notify_all()
+
+    exchange = Exchange(channel, handle, in_order=True)
+    threading.Thread(target=exchange.serve, daemon=True).start()
+    peer.send({"op": "response", "index": 1})
+    assert first_in_hand.wait(timeout=10)
+
+    def answer_behind_a_response() -> None:
+        header, _ = peer.receive()
+        peer.send({"op": "response", "index": 2})
+        peer.send({"answer": header["id"], "op": "done"})
+
+    threading.Thread(target=answer_behind_a_response, daemon=True).start()
+    assert exchange.ask({"op": "execute"}, timeout=10)[0]["op"] == "done"
+    with changed:
+        assert changed.wait_for(lambda: len(handled) == 2, timeout=10)
+    assert handled == [1, 2]
+    theirs.close()
+    channel.close()

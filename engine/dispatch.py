@@ -62,8 +62,11 @@ class Dispatcher:
     core busy instead of one batch holding every caller. At most one batch per core beside the loop's computes on
     the CPU at once: on 2 cores a second instance's batch would start small and share the first one's core, so
     the next batch grows in the queue instead and starts as the running one ends, before that one's callers are
-    answered (the loop encodes their responses while it computes). Batches cheap enough to run inline are never
-    split or held; GPU instances and python models (their compute is not on these cores) are not counted.
+    answered (the loop encodes their responses while it computes). When every request the model has lately had in
+    flight is back (a closed loop's callers, answered by the batch before), that next batch is queued on the
+    running instance's thread at once, so it starts the moment the running one ends (see _stage). Batches cheap
+    enough to run inline are never split or held; GPU instances and python models (their compute is not on these
+    cores) are not counted.
     """
 
     def __init__(
@@ -89,6 +92,11 @@ class Dispatcher:
         self._running_requests = 0  # the requests in them
         self._on_cores = 0  # those computing on the CPU cores on instance threads (see _may_start)
         self._dispatching = False  # inside _dispatch: an inline batch's finish must not dispatch again
+        # instances computing a batch on the CPU cores on their thread with none queued behind it (see _stage), and
+        # the most requests the model has had in flight lately (queued or in batches)
+        self._computing: list[ModelInstance] = []
+        self._peak_in_flight = 0
+        self._peak_reached = False  # since the last batch on the cores ended
         # running average of the requests the model had in flight when each batch left (see ALONE_BELOW)
         self._in_flight_avg = 0.0
         self._idle_again = asyncio.Event()  # set when nothing is running, for stop()
@@ -120,6 +128,11 @@ class Dispatcher:
             request.trace.mark("QUEUE_START", now)
         batcher.add(pending, now)
         self.stats.pending = batcher.size
+        in_flight = batcher.size + self._running_requests
+        returned = in_flight == self._peak_in_flight  # back to the peak (a new peak is no one's return)
+        if in_flight >= self._peak_in_flight:
+            self._peak_in_flight = in_flight
+            self._peak_reached = True
         if self._may_start(lane):
             # an idle instance takes the batch on the loop's next turn: requests that arrive in this turn (callers
             # answered by the last batch) join it, and no hop through the dispatcher task is needed
@@ -127,6 +140,8 @@ class Dispatcher:
                 lane.dispatch_scheduled = True
                 loop.call_soon(self._dispatch_soon, lane)
         else:
+            if returned and self._computing:
+                self._stage(lane, now)
             self._wake.set()
         return pending.future
 
@@ -187,26 +202,44 @@ class Dispatcher:
             if batch is None:
                 return
             idle.pop()
-            self.stats.pending = len(batcher)
-            flight = Flight(batch, time.monotonic_ns())
-            if self.preserve_ordering:
-                self._flights.append(flight)
-            requests = batch.requests
-            # the batch is all the model has in flight, at a time of one request at a time: the loop would only
-            # wait for it (ModelInstance.would_run_inline)
-            in_flight = len(requests) + self._running_requests + batcher.size
-            average = self._in_flight_avg = self._in_flight_avg + IN_FLIGHT_WEIGHT * (in_flight - self._in_flight_avg)
-            alone = in_flight == 1 and average < ALONE_BELOW
-            self._running += 1
-            self._running_requests += len(requests)
-            self._on_cores += on_cores
-            self._idle_again.clear()
-            instance.run(
-                [p.request for p in requests],
-                [p.request.batch_size for p in requests],
-                functools.partial(self._finish, lane, instance, flight, on_cores),
-                alone,
-            )
+            if on_cores:
+                self._computing.append(instance)
+            self._start(lane, instance, batch, on_cores)
+
+    def _stage(self, lane: Lane, now: int) -> None:
+        """Queue the next batch on the thread of an instance computing on the CPU cores, behind its batch, once
+        every request the model has lately had in flight is either in that batch or queued: callers in a closed
+        loop are all back by then (64 connections on 2 cores: two groups take turns), and the thread starts the
+        next batch the moment its batch ends instead of idling until the event loop, busy with the answers of the
+        batch before, hands it over. Taking every queued request keeps the groups from splitting further."""
+        batch = lane.batcher.next_batch(now, 0)
+        if batch is None:
+            return
+        instance = self._computing.pop()
+        self._start(lane, instance, batch, True)
+
+    def _start(self, lane: Lane, instance: ModelInstance, batch: Batch, on_cores: bool) -> None:
+        batcher = lane.batcher
+        self.stats.pending = len(batcher)
+        flight = Flight(batch, time.monotonic_ns())
+        if self.preserve_ordering:
+            self._flights.append(flight)
+        requests = batch.requests
+        # the batch is all the model has in flight, at a time of one request at a time: the loop would only
+        # wait for it (ModelInstance.would_run_inline)
+        in_flight = len(requests) + self._running_requests + batcher.size
+        average = self._in_flight_avg = self._in_flight_avg + IN_FLIGHT_WEIGHT * (in_flight - self._in_flight_avg)
+        alone = in_flight == 1 and average < ALONE_BELOW
+        self._running += 1
+        self._running_requests += len(requests)
+        self._on_cores += on_cores
+        self._idle_again.clear()
+        instance.run(
+            [p.request for p in requests],
+            [p.request.batch_size for p in requests],
+            functools.partial(self._finish, lane, instance, flight, on_cores),
+            alone,
+        )
 
     def _finish(self, lane: Lane, instance: ModelInstance, flight: Flight, on_cores: bool, result, error) -> None:
         self._running -= 1
@@ -216,7 +249,16 @@ class Dispatcher:
             self._idle_again.set()
         flight.result = (result, error)
         flight.done = True
-        lane.idle.append(instance)
+        if on_cores:
+            if not self._peak_reached:  # a burst's peak fades by a request a batch until the requests reach it
+                self._peak_in_flight = max(self._peak_in_flight - 1, self._running_requests + lane.batcher.size)
+            self._peak_reached = False
+        if instance.queued_jobs:
+            self._computing.append(instance)  # its staged batch computes now, with nothing behind it
+        else:
+            if on_cores:
+                self._computing.remove(instance)
+            lane.idle.append(instance)
         if lane.batcher.size and not self._dispatching:
             # a batch queued while this one computed: it goes to the instance before this one's callers are
             # answered, so the instance computes while the loop encodes and writes their responses

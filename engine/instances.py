@@ -146,6 +146,11 @@ class ModelInstance:
         return future
 
     @property
+    def queued_jobs(self) -> int:
+        """Jobs handed to the worker thread and not finished (the one running among them)."""
+        return self._on_thread
+
+    @property
     def inline_ns(self) -> int | None:
         """What a batch costs inline, as far as measured there (None before the first)."""
         return self._inline_costs.typical

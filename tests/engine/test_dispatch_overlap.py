@@ -197,3 +197,56 @@ def test_it_counts_no_core_for_gpu_instances() -> None:
 
     _run(scenario, instances)
     assert started == [4, 3]
+
+
+def test_it_queues_the_next_batch_behind_the_running_one_once_every_caller_is_back() -> None:
+    gate, started = threading.Semaphore(0), []
+    instances = _instances(1, gate, started, threshold_ns=0)
+
+    def third_started_without_the_loop() -> bool:
+        # blocks the event loop: only a batch already queued on the instance's thread can start meanwhile
+        with CHANGED:
+            return CHANGED.wait_for(lambda: len(started) >= 3, timeout=30)
+
+    async def scenario() -> None:
+        dispatcher = _dispatcher(instances, cores=2)  # the loop and one batch
+        first = [dispatcher.submit(_request(0)) for _ in range(4)]
+        await _started(started, 1)
+        second = [dispatcher.submit(_request(1)) for _ in range(3)]  # 7 in flight: a new peak, nothing staged
+        assert instances[0].queued_jobs == 1
+        gate.release(1)
+        await asyncio.gather(*first)  # the second batch left before the first one's callers were answered
+        await _started(started, 2)
+        # the first batch's callers come back, as a closed loop's do: with the last of them all 7 are in flight
+        third = [dispatcher.submit(_request(2)) for _ in range(4)]
+        assert instances[0].queued_jobs == 2  # the third batch waits on the thread behind the second
+        gate.release(1)
+        assert third_started_without_the_loop()
+        gate.release(1)
+        await asyncio.gather(*second, *third)
+        await dispatcher.stop()
+
+    _run(scenario, instances)
+    assert started == [4, 3, 4]
+
+
+def test_it_stages_nothing_while_the_callers_are_still_coming_back() -> None:
+    gate, started = threading.Semaphore(0), []
+    instances = _instances(1, gate, started, threshold_ns=0)
+
+    async def scenario() -> None:
+        dispatcher = _dispatcher(instances, cores=2)
+        first = [dispatcher.submit(_request(0)) for _ in range(4)]
+        await _started(started, 1)
+        second = [dispatcher.submit(_request(1)) for _ in range(3)]
+        gate.release(1)
+        await asyncio.gather(*first)
+        await _started(started, 2)
+        third = [dispatcher.submit(_request(2)) for _ in range(3)]  # one caller of the first batch still away
+        assert instances[0].queued_jobs == 1 and len(dispatcher.lanes[0].batcher) == 3
+        gate.release(2)
+        await asyncio.gather(*second, *third)
+        await dispatcher.stop()
+
+    _run(scenario, instances)
+    assert started == [4, 3, 3]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import tempfile
@@ -32,11 +33,15 @@ async def pair(tmp_path: Path) -> AsyncIterator[tuple[LocalPeerLayer, LocalPeerL
     first, second = LocalPeerLayer(str(tmp_path / "peers")), LocalPeerLayer(str(tmp_path / "peers"))
     await first.join("host-w0")
     await second.join("host-w1")
+    folder = first.endpoint.folder  # under the temporary directory when tmp_path is too long for socket paths
     try:
         yield first, second
     finally:
         await first.leave()
         await second.leave()
+        for leftover in folder.glob("stale-*.sock"):
+            leftover.unlink()
+        folder.rmdir()  # every worker left: its socket went with it
 
 
 async def member(layer: LocalPeerLayer, group: str = GROUP) -> str:
@@ -78,12 +83,26 @@ async def test_it_acts_as_the_in_memory_layer_until_joined(tmp_path: Path):
     assert not (tmp_path / "peers").exists()
 
 
-async def test_it_queues_for_a_peer_whose_queue_is_full_and_sends_in_order(tmp_path: Path):
+@contextlib.asynccontextmanager
+async def beside_a_quiet_peer(tmp_path: Path) -> AsyncIterator[tuple[LocalPeerLayer, socket.socket]]:
+    """A worker's layer and a peer's socket in its folder that reads nothing unless the test does; both removed
+    afterwards, and the folder with them."""
     layer = LocalPeerLayer(str(tmp_path / "peers"))
     await layer.join("host-w0")
-    slow = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)  # a worker that is not reading right now
-    slow.bind(str(layer.endpoint.folder / "host-w1.sock"))
+    folder = layer.endpoint.folder
+    quiet = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    quiet.bind(str(folder / "host-w1.sock"))
     try:
+        yield layer, quiet
+    finally:
+        quiet.close()
+        (folder / "host-w1.sock").unlink()
+        await layer.leave()
+        folder.rmdir()
+
+
+async def test_it_queues_for_a_peer_whose_queue_is_full_and_sends_in_order(tmp_path: Path):
+    async with beside_a_quiet_peer(tmp_path) as (layer, slow):  # a worker that is not reading right now
         count = 40  # past the kernel's queue of a Unix datagram socket (net.unix.max_dgram_qlen, 10 by default)
         for index in range(count):
             await layer.group_send(GROUP, {"type": "registry.changed", "n": index})
@@ -97,25 +116,15 @@ async def test_it_queues_for_a_peer_whose_queue_is_full_and_sends_in_order(tmp_p
             received.append(decode(datagram)[1]["n"])
         assert received == list(range(count))
         assert link.dropped == 0
-    finally:
-        slow.close()
-        await layer.leave()
 
 
 async def test_it_drops_the_oldest_beyond_the_outbox_limit(tmp_path: Path):
-    layer = LocalPeerLayer(str(tmp_path / "peers"))
-    await layer.join("host-w0")
-    stalled = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    stalled.bind(str(layer.endpoint.folder / "host-w1.sock"))
-    try:
+    async with beside_a_quiet_peer(tmp_path) as (layer, _):
         for index in range(OUTBOX_LIMIT + 50):
             await layer.group_send(GROUP, {"type": "registry.changed", "n": index})
         link = layer.endpoint.links[layer.endpoint.folder / "host-w1.sock"]
         assert len(link.outbox) == OUTBOX_LIMIT and link.dropped > 0
         assert decode(link.outbox[-1])[1]["n"] == OUTBOX_LIMIT + 49
-    finally:
-        stalled.close()
-        await layer.leave()
 
 
 async def test_it_skips_a_peer_that_went_away_and_reaches_it_again_once_back(pair, tmp_path: Path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import statistics
 import time
 from pathlib import Path
 
@@ -27,12 +28,19 @@ def inference_counts(stats: dict, model: str) -> tuple[int, int]:
     return inferences, executions
 
 
+# the lone-request phase alternates blocks of this many engine requests and as many direct session.run calls of
+# batch 1, so that both sides see the same moments of a machine whose speed drifts (mlp_medium's batch of one took
+# 60 µs one hour and 200 µs another on the bench machine)
+SINGLE_BLOCK = 100
+
+
 async def _run_engine(repository: Path, model_name: str, seconds: float, concurrency: int) -> dict:
     from engine.server import InferenceServer
     from engine.types import InferenceRequest
 
     model = MODELS[model_name]
     inputs = sample_inputs(model, 1)
+    direct = cpu_session(repository / model_name / "1" / "model.onnx")
     server = InferenceServer(repository)
     await server.start()
     try:
@@ -46,17 +54,26 @@ async def _run_engine(repository: Path, model_name: str, seconds: float, concurr
             except TimeoutError:
                 raise TimeoutError(f"a lone request to {model_name} did not come back in {CALL_TIMEOUT_S} s") from None
 
-        # concurrency 1: the engine's overhead per request over one session.run of batch 1
+        # concurrency 1: the engine's overhead per request over one session.run of batch 1, block by block
         async def sequential(count: int) -> None:
             for _ in range(count):
                 await server.infer(request())
 
-        # one timeout around a whole phase: a wait_for per call would add a task per request to what we measure
-        calls, start = 0, time.perf_counter()
+        engine_blocks: list[float] = []
+        direct_blocks: list[float] = []
+        time_runs(direct, inputs, 0.0)  # its warm-up
+        start = time.perf_counter()
         while time.perf_counter() - start < seconds / 2:
-            await asyncio.wait_for(sequential(100), CALL_TIMEOUT_S)
-            calls += 100
-        single_us = (time.perf_counter() - start) / calls * 1e6
+            began = time.perf_counter()
+            # one timeout around a whole block: a wait_for per call would add a task per request to what we measure
+            await asyncio.wait_for(sequential(SINGLE_BLOCK), CALL_TIMEOUT_S)
+            engine_blocks.append((time.perf_counter() - began) / SINGLE_BLOCK * 1e6)
+            began = time.perf_counter()
+            for _ in range(SINGLE_BLOCK):
+                direct.run(None, inputs)
+            direct_blocks.append((time.perf_counter() - began) / SINGLE_BLOCK * 1e6)
+        single_us, direct_single_us = statistics.median(engine_blocks), statistics.median(direct_blocks)
+        overhead_us = statistics.median(e - d for e, d in zip(engine_blocks, direct_blocks, strict=True))
 
         before = inference_counts(server.statistics(model_name), model_name)
         done = 0
@@ -76,7 +93,13 @@ async def _run_engine(repository: Path, model_name: str, seconds: float, concurr
         await server.stop()
     executions = after[1] - before[1]
     mean_batch = (after[0] - before[0]) / executions if executions else 0.0
-    return {"single_us": single_us, "infer_per_s": done / elapsed, "mean_batch": mean_batch}
+    return {
+        "single_us": single_us,
+        "direct_single_us": direct_single_us,
+        "overhead_us": overhead_us,
+        "infer_per_s": done / elapsed,
+        "mean_batch": mean_batch,
+    }
 
 
 def measure_engine(repository: Path, model_name: str, seconds: float, concurrency: int = 64) -> dict:
@@ -96,8 +119,6 @@ def measure_engine(repository: Path, model_name: str, seconds: float, concurrenc
     batch = max(1, min(model.max_batch_size, round(engine["mean_batch"]) or concurrency))
     calls, elapsed = time_runs(session, sample_inputs(model, batch), seconds / 2)
     direct_rate = calls * batch / elapsed
-    calls, elapsed = time_runs(session, sample_inputs(model, 1), seconds / 2)
-    direct_single_us = elapsed / calls * 1e6
     return {
         "model": model_name,
         "concurrency": concurrency,
@@ -107,6 +128,6 @@ def measure_engine(repository: Path, model_name: str, seconds: float, concurrenc
         "direct_infer_per_s": direct_rate,
         "ratio": engine["infer_per_s"] / direct_rate,
         "engine_single_us": engine["single_us"],
-        "direct_single_us": direct_single_us,
-        "overhead_us": engine["single_us"] - direct_single_us,
+        "direct_single_us": engine["direct_single_us"],
+        "overhead_us": engine["overhead_us"],  # the median of the blocks' differences
     }

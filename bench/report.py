@@ -150,7 +150,12 @@ def section_or_reason(run: dict | None, render) -> str:
 
 
 def engine_text(run: dict) -> str:
-    return table(
+    note = (
+        "At one caller, blocks of 100 requests through the engine alternate with blocks of 100 direct `session.run`"
+        " calls of batch 1: the c=1 figures are medians over the blocks, the overhead the median of their"
+        " differences.\n\n"
+    )
+    return note + table(
         [
             "model",
             "callers",

@@ -85,9 +85,7 @@ class InferaApplication:
     def direct_route(self, path: str, method: str) -> Route | None:
         """The route when a request may be answered past ASGI (`respond_direct`): a /v2 inference or probe, once
         the runtime has begun; None sends it the ASGI way."""
-        if not path.startswith("/v2/") or not self.runtime.lifespan.begun:
-            return None
-        return self.runtime.v2.direct_route(path, method)
+        return self.runtime.v2.direct_route(path, method) if self.runtime.lifespan.begun else None
 
     async def respond_direct(self, scope: Scope, body: bytes, route: Route) -> Reply:
         """The answer to a request whose whole body the protocol has read: the v2 app's, counted in the

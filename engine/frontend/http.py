@@ -82,6 +82,8 @@ class V2App:
     def direct_route(self, path: str, method: str) -> Route | None:
         """The route of a request that an HTTP server may answer with `respond(scope, body=...)` once it has read
         the body itself (engine.frontend.routes.DIRECT_ENDPOINTS: never a stream), else None."""
+        if not path.startswith("/v2/"):
+            return None  # the console's pages and API: not remembered among the routes
         route = resolve(path)
         if route is None or route.endpoint not in DIRECT_ENDPOINTS or method != route.method:
             return None

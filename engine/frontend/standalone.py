@@ -73,9 +73,7 @@ class StandaloneApp:
     def direct_route(self, path: str, method: str) -> Route | None:
         """The route when uvicorn's protocol may answer the request itself (DirectProtocol): a /v2 inference or
         probe, once the engine's start has begun."""
-        if not path.startswith("/v2/") or not self.lifespan.begun:
-            return None
-        return self.v2.direct_route(path, method)
+        return self.v2.direct_route(path, method) if self.lifespan.begun else None
 
     async def respond_direct(self, scope: Scope, body: bytes, route: Route) -> Reply:
         return await self.v2.respond(scope, body=body, route=route)  # never a stream on a direct route

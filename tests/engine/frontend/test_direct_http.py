@@ -292,3 +292,18 @@ async def test_the_standalone_app_answers_v2_directly_once_its_engine_has_begun(
         assert reply.status == 200 and outputs(reply.body)["OUTPUT0"] == SUMS
     finally:
         await app.lifespan.shutdown()
+
+
+def test_the_v2_app_routes_directly_only_inferences_and_probes(tmp_path: Path) -> None:
+    v2 = V2App(InferenceServer(tmp_path, gpu_count=0))
+    assert v2.direct_route("/v2/models/simple/infer", "POST") == Route("infer", "POST", model="simple")
+    assert v2.direct_route("/v2/health/ready", "GET") is not None
+    for path, method in [
+        ("/v2/models/simple/infer", "GET"),  # a 405 is the ASGI path's to write
+        ("/v2/models/simple/config", "GET"),
+        ("/v2/models/simple/generate_stream", "POST"),  # a stream
+        ("/v2/repository/index", "POST"),
+        ("/metrics", "GET"),
+        ("/accounts/login/", "POST"),
+    ]:
+        assert v2.direct_route(path, method) is None, path

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.protocols.utils import get_client_addr
 
 from engine.frontend.handlers import Reply
 from engine.frontend.routes import Route
@@ -189,10 +190,9 @@ class DirectRequestsProtocol(HttpToolsProtocol):
         transport.write(response_bytes(reply, self.server_state.default_headers, keep_alive))
         if self.access_log:
             scope = cycle.scope
-            client = scope["client"]
             self.access_logger.info(
                 '%s - "%s %s HTTP/%s" %d',
-                f"{client[0]}:{client[1]}" if client else "-",
+                get_client_addr(scope),
                 scope["method"],
                 scope["path"],
                 "1.1",

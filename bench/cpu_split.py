@@ -51,6 +51,12 @@ def thread_cpu(pid: int) -> dict[int, tuple[str, float]]:
     return threads
 
 
+def kernel_seconds(pid: int) -> float:
+    """The system CPU seconds of thread `pid` so far: its share spent in system calls (reads, writes, epoll)."""
+    stat = Path(f"/proc/{pid}/task/{pid}/stat").read_text()
+    return int(stat.rsplit(")", 1)[1].split()[12]) / TICK
+
+
 def split(before: dict, after: dict, pid: int, instance_prefix: str) -> dict[str, float]:
     """CPU seconds spent between two readings by the loop, the instances and the rest."""
     parts = {"loop": 0.0, "instances": 0.0, "other threads": 0.0}
@@ -108,12 +114,14 @@ def measure(args: argparse.Namespace, folder: Path) -> dict:
             pid = server.process.pid  # uvicorn, or manage.py serve running it in process
             stats_before = {} if echo else statistics(spec.base_url, args.model)
             cpu_before, wrk_before = thread_cpu(pid), resource.getrusage(resource.RUSAGE_CHILDREN)
+            kernel_before = kernel_seconds(pid)
             recording = Recording(pid, args.seconds, Path(args.py_spy), native=args.native) if args.py_spy else None
             started = time.perf_counter()
             run = run_wrk(url, script, args.connections, args.seconds)
             elapsed = time.perf_counter() - started
             stacks = recording.wait() if recording is not None else None
             cpu_after, wrk_after = thread_cpu(pid), resource.getrusage(resource.RUSAGE_CHILDREN)
+            loop_kernel = kernel_seconds(pid) - kernel_before
             stats_after = {} if echo else statistics(spec.base_url, args.model)
             thread_names = sorted({name for name, _ in cpu_after.values()})
     finally:
@@ -136,6 +144,7 @@ def measure(args: argparse.Namespace, folder: Path) -> dict:
         "errors": run.errors,
         "elapsed": elapsed,
         "parts": parts,
+        "loop_kernel": loop_kernel,
         "mean_batch": mean_batch,
         "compute_us_per_inference": (ns_after - ns_before) / computed / 1e3 if computed else 0.0,
         "direct": direct,
@@ -160,6 +169,8 @@ def report(args: argparse.Namespace, result: dict) -> str:
         total += seconds
         lines.append(f"| {part} | {seconds / requests * 1e6:.1f} | {seconds / result['elapsed']:.2f} |")
     lines.append(f"| all | {total / requests * 1e6:.1f} | {total / result['elapsed']:.2f} |")
+    kernel = result["loop_kernel"]
+    lines.append(f"\nof the loop's, in the kernel: {kernel / requests * 1e6:.1f} µs a request")
     lines.append("")
     if result["direct"]:
         lines.append(f"server's compute_infer: {result['compute_us_per_inference']:.1f} µs an inference")

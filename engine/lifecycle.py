@@ -268,8 +268,9 @@ class ServedVersion:
         if (self.state is not ModelState.READY and not draining) or self.dispatcher is None:
             because = f": {self.reason}" if self.reason and self.state is ModelState.UNAVAILABLE else ""
             raise Unavailable(f"model '{self.name}' version {self.version} is not ready{because}")
+        if not self.inflight:  # an Event method call a request cost: only the first in flight clears it
+            self._drained.clear()
         self.inflight += 1
-        self._drained.clear()
         try:
             response = await self.dispatcher.submit(request)
         finally:

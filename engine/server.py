@@ -7,7 +7,7 @@ import logging
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path, PurePosixPath
 
 import orjson
@@ -415,13 +415,19 @@ class InferenceServer:
         seconds = (first if first is not None else times.ended_ns - times.started_ns) / 1e9
         self._guard(state, model, failed=times.failed and not times.cancelled, seconds=seconds)
 
-    async def infer(self, request: InferenceRequest) -> InferenceResponse:
+    def infer(self, request: InferenceRequest) -> Awaitable[InferenceResponse]:
+        """The response to `request`, awaited. Without a traffic policy this hands back the version's own coroutine
+        (one coroutine frame less a request); a request no version can take raises at once."""
         state = self.traffic.get(request.model_name)
         if state is None or not _routed(state, request):  # no call on the hot path without a policy
             served = self.manager.route(request)
             if served.config.decoupled and request.stream is None:
                 raise _decoupled_only(request.model_name)
-            return await served.infer(request)
+            return served.infer(request)
+        return self._infer_routed(state, request)
+
+    async def _infer_routed(self, state: TrafficState, request: InferenceRequest) -> InferenceResponse:
+        """A request under a canary or shadow policy."""
         active = self.manager.get(request.model_name)
         if active.config.decoupled:
             raise _decoupled_only(request.model_name)

@@ -37,24 +37,27 @@ from bench.wrk import WrkScripts, run_wrk
 TICK = os.sysconf("SC_CLK_TCK")
 
 
+def _task_stat(task: Path) -> tuple[str, list[str]]:
+    """A thread's OS name and the fields of its /proc stat after the name."""
+    stat = (task / "stat").read_text()
+    return stat[stat.index("(") + 1 : stat.rindex(")")], stat.rsplit(")", 1)[1].split()
+
+
 def thread_cpu(pid: int) -> dict[int, tuple[str, float]]:
     """Each thread of `pid`: (its OS name, user + system CPU seconds so far)."""
     threads = {}
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
-            stat = (task / "stat").read_text()
+            name, fields = _task_stat(task)
         except OSError:
             continue  # ended meanwhile
-        name = stat[stat.index("(") + 1 : stat.rindex(")")]
-        fields = stat.rsplit(")", 1)[1].split()
         threads[int(task.name)] = (name, (int(fields[11]) + int(fields[12])) / TICK)
     return threads
 
 
 def kernel_seconds(pid: int) -> float:
     """The system CPU seconds of thread `pid` so far: its share spent in system calls (reads, writes, epoll)."""
-    stat = Path(f"/proc/{pid}/task/{pid}/stat").read_text()
-    return int(stat.rsplit(")", 1)[1].split()[12]) / TICK
+    return int(_task_stat(Path(f"/proc/{pid}/task/{pid}"))[1][12]) / TICK
 
 
 def split(before: dict, after: dict, pid: int, instance_prefix: str) -> dict[str, float]:

@@ -93,10 +93,7 @@ class ModelStats:
 
     def record_success(self, request_ns: int, queue_ns: int, now_ns: int | None = None, protocol: str = "http") -> None:
         now_ns = now_ns if now_ns is not None else time.monotonic_ns()
-        counts = self.protocols.get(protocol)  # _count, inlined: once a request
-        if counts is None:
-            counts = self.protocols[protocol] = [0, 0]
-        counts[0] += 1
+        self._count(protocol, 0)
         self.success.add(request_ns)
         self.queue.add(queue_ns)
         self.last_inference_ms = time.time_ns() // 1_000_000

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any
 
 from channels.layers import get_channel_layer
@@ -124,6 +124,7 @@ class Runtime:
         self.startup_failure: str | None = None
         self.deadline: float | None = None  # time.monotonic() by which a shutdown that began must be over
         self._grpc_stopping: asyncio.Future | None = None
+        self._unfinished: set[asyncio.Future] = set()  # drain steps still running when the grace ran out
 
     async def start(self) -> None:
         """Run the start-up steps in START_ORDER; a failure is kept for the home page and re-raised."""
@@ -175,16 +176,29 @@ class Runtime:
             self.settings.engine.shutdown_grace_seconds,
         )
         self.server.drain()
-        await self.analyzer.stop()  # an analysis under way ends (FAILED), its temporary versions unloaded
+        # an analysis under way ends (FAILED), its temporary versions unloaded
+        await self._within_grace("the analysis runner", self.analyzer.stop())
         if "follow" in self.started:
             self.started.remove("follow")
-            try:
-                await self.reconciler.stop()
-            except Exception:  # the drain goes on: what matters now is the requests in flight
-                logger.exception("stopping the reconciler failed")
+            await self._within_grace("the reconciler", self.reconciler.stop())
         if "grpc" in self.started and self.grpc is not None:
             self._grpc_stopping = asyncio.ensure_future(self.grpc.stop(self.grace_left()))
-        await self.connections.drain()
+        await self._within_grace("closing the WebSockets", self.connections.drain())
+
+    async def _within_grace(self, what: str, step: Awaitable[None]) -> None:
+        """Await one step of the drain until the shutdown deadline at most. The drain goes on past a step that
+        fails or hangs (a database call that never answers, say): what matters now is the requests in flight, and
+        a process that exits when its grace is over."""
+        task = asyncio.ensure_future(step)
+        done, _ = await asyncio.wait({task}, timeout=self.grace_left())
+        if not done:
+            logger.warning("%s had not stopped at the end of the shutdown grace: the shutdown goes on", what)
+            self._unfinished.add(task)  # held, not collected while it still runs
+            return
+        try:
+            task.result()
+        except Exception:
+            logger.exception("stopping %s failed; the shutdown goes on", what)
 
     def grace_left(self) -> float:
         """Seconds until the shutdown deadline (the whole grace while no shutdown has begun)."""

@@ -21,6 +21,7 @@ from django.db.models.signals import m2m_changed, post_delete, post_save
 from django.dispatch import receiver
 
 from console.accounts.models import ApiToken
+from console.layer_tasks import end_task
 from console.outages import Outage, is_idle_wait
 
 logger = logging.getLogger("console.accounts.revocations")
@@ -96,10 +97,7 @@ class RevocationListener:
 
     async def stop(self) -> None:
         for task in (self._renewal, self._task):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await end_task(task)
         self._task = self._renewal = None
 
     async def _renew(self, layer: Any, channel: str) -> None:

@@ -32,6 +32,7 @@ from typing import Any
 import orjson
 
 from console.config import REPLICA_NAME
+from console.layer_tasks import end_task
 from console.outages import Outage, is_idle_wait
 from console.peers.identity import ProcessIdentity
 from engine.monitoring.merge import check_snapshot, merge_figures, merge_snapshots
@@ -45,7 +46,6 @@ MESSAGE_TYPE = "cluster.snapshot"
 GONE_AFTER_INTERVALS = 5
 PENDING_MINUTE_SECONDS = 5.0  # how long a closed minute waits for the other processes to close theirs
 REJOIN_SECONDS = 60.0  # Redis expires group membership: renewed this often
-STOP_WAIT_SECONDS = 2.0
 
 Figures = dict[str, Any]
 
@@ -280,11 +280,9 @@ class ClusterListener:
             self._task = asyncio.get_running_loop().create_task(self.run(), name="infera-cluster-listener")
 
     async def stop(self) -> None:
-        """Cancel the listener; a receive that Redis holds up is left to end on its own (no shutdown waits on it)."""
+        """Cancel the listener and wait until it has ended."""
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.wait({task}, timeout=STOP_WAIT_SECONDS)
+        await end_task(task)
 
     async def run(self) -> None:
         """Receive until stopped; our own snapshot comes back each second, so the loop turns at least that often."""

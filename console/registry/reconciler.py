@@ -21,6 +21,7 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 
+from console.layer_tasks import end_task
 from console.outages import Outage, is_database_outage, is_idle_wait
 from console.registry.desired import ModelPlan, mark_loading, read_plans, record_outcome
 from console.registry.services import CHANGED, GROUP, record_automatic_rollback
@@ -52,6 +53,7 @@ class Reconciler:
         self._lock = asyncio.Lock()
         self._applied: dict[str, tuple] = {}
         self._task: asyncio.Task[None] | None = None
+        self._listener: asyncio.Task[None] | None = None  # the loop's change messages, ended by stop()
         # model -> the policy its guard rolled back: kept out of force until a pass reads the desired state recorded
         self._rolled_back: dict[str, dict] = {}
         self._recorded: dict[str, dict] = {}  # those of them the database has recorded since the last pass began
@@ -212,18 +214,19 @@ class Reconciler:
         return self._task
 
     async def stop(self) -> None:
-        """Cancel the loop and wait for it to end, and for the rollbacks being recorded."""
+        """Cancel the loop and its listener, wait for both to end, and for the rollbacks being recorded."""
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await end_task(task)
+        # ended here, not in the loop's `finally`: end_task may cancel the loop again while that waited on it
+        listener, self._listener = self._listener, None
+        await end_task(listener)
         await self.wait_for_records()
 
     async def run(self) -> None:
         layer = get_channel_layer()
         channel = await layer.new_channel() if layer is not None else None  # one prefix: see monitoring/cluster.py
         listener = asyncio.create_task(self._listen(layer, channel)) if channel else None
+        self._listener = listener
         try:
             while self.server.is_ready():
                 self.wake.clear()
@@ -234,9 +237,7 @@ class Reconciler:
                     await asyncio.wait_for(self.wake.wait(), delay)
         finally:
             if listener is not None:
-                listener.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await listener
+                listener.cancel()  # stop() waits for it to end
             if channel:
                 with contextlib.suppress(Exception):
                     await layer.group_discard(GROUP, channel)

@@ -219,6 +219,31 @@ async def test_the_runtime_drains_before_it_stops(settings, tmp_path, in_memory_
 
 
 @pytest.mark.django_db(transaction=True)
+async def test_it_drains_past_a_step_that_never_stops_once_the_grace_is_over(
+    settings, tmp_path, in_memory_layer, caplog
+):
+    # a replica under load once hung after SIGTERM in its drain, never answering its requests or exiting
+    runtime = Runtime(
+        settings.INFERA.replace(
+            model_store=tmp_path / "store", disable_nvml=True, grpc=GrpcSettings(port=0), shutdown_grace_seconds=0
+        )
+    )
+    await runtime.start()
+    stop_reconciler, never = runtime.reconciler.stop, asyncio.Event()
+    runtime.reconciler.stop = never.wait  # a stop that never returns (a database call that never answers, say)
+    try:
+        async with asyncio.timeout(30):  # only a drain that waits on the step forever reaches this
+            await runtime.drain()
+        assert runtime.connections.draining  # the steps after the hung one ran
+        assert "the reconciler had not stopped at the end of the shutdown grace" in caplog.text
+    finally:
+        never.set()
+        await stop_reconciler()
+        await runtime.stop()
+    assert runtime.started == []
+
+
+@pytest.mark.django_db(transaction=True)
 async def test_the_runtime_records_why_it_failed_to_start(settings, tmp_path, in_memory_layer):
     blocker = tmp_path / "store-is-a-file"
     blocker.write_text("not a folder")

@@ -10,6 +10,7 @@ real Redis). A second cancellation ends such a task.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 RECANCEL_SECONDS = 0.5  # how long a cancelled task may run before it is cancelled again
 
@@ -24,3 +25,28 @@ async def end_task(task: asyncio.Task | None, recancel_seconds: float = RECANCEL
         await asyncio.wait({task}, timeout=recancel_seconds)
     if not task.cancelled():
         task.result()
+
+
+async def receive_or_end(layer: Any, channel: str) -> dict:
+    """`layer.receive(channel)` run as a task of its own, so that a cancellation always reaches the caller, which
+    then ends the receive with `end_task`."""
+    receiving = asyncio.ensure_future(layer.receive(channel))
+    try:
+        return await asyncio.shield(receiving)
+    except asyncio.CancelledError:
+        await end_task(receiving)
+        raise
+
+
+class EndingReceives:
+    """A channel layer whose receives end when they are cancelled (`receive_or_end`); the rest is the layer's.
+    For Channels' consumers, whose dispatch loop cancels the receive it waits on once when the socket closes."""
+
+    def __init__(self, layer: Any) -> None:
+        self.layer = layer
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.layer, name)
+
+    async def receive(self, channel: str) -> dict:
+        return await receive_or_end(self.layer, channel)

@@ -19,6 +19,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from console.accounts.permissions import can_view_models
+from console.layer_tasks import EndingReceives
 from console.monitoring.cluster import ClusterView
 from console.monitoring.live import group_name
 from console.monitoring.pipelines import Selection, model_choices
@@ -39,6 +40,17 @@ class MetricsConsumer(AsyncWebsocketConsumer):
     window: float = DEFAULT_WINDOW_S
     history: bool = False
     shown_t: int = 0  # narrowed to a replica: the time of the newest of its snapshots sent
+    _channel_layer: Any = None
+
+    # Channels sets the layer as the socket opens and cancels its receive once when the socket closes: a receive
+    # that loses that cancellation (console/layer_tasks.py) would keep the consumer, and its Redis reads, for ever
+    @property
+    def channel_layer(self) -> Any:
+        return self._channel_layer
+
+    @channel_layer.setter
+    def channel_layer(self, layer: Any) -> None:
+        self._channel_layer = None if layer is None else EndingReceives(layer)
 
     async def connect(self) -> None:
         user = self.scope.get("user")

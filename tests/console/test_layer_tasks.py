@@ -11,11 +11,10 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from channels.layers import InMemoryChannelLayer
 
 from console.accounts.inference_auth import TokenCache
 from console.accounts.revocations import RevocationListener
-from console.layer_tasks import end_task
+from console.layer_tasks import EndingReceives, end_task
 from console.monitoring.cluster import ClusterListener, ClusterView
 from console.peers.identity import ProcessIdentity
 from console.registry import reconciler as reconciler_module
@@ -23,42 +22,8 @@ from console.registry.reconciler import Reconciler
 from deploy.processes import RedisServer
 from engine.monitoring.sampler import MetricsSampler
 from engine.server import InferenceServer
+from tests.console.layer_stand_ins import LosesOneCancellation, ends_in_time
 from tests.engine.monitoring.stand_ins import Served, ServedVersions
-
-STOPPED_WITHIN_S = 30.0  # only a stop that waits on a lost cancellation for ever reaches this
-
-
-class LosesOneCancellation(InMemoryChannelLayer):
-    """An in-memory layer whose receives swallow their first cancellation and go on waiting, as channels_redis'
-    sometimes do; `receiving` is set once a receive is under way, `active` counts those not ended."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.receiving = asyncio.Event()
-        self.lost = 0
-        self.active = 0
-
-    async def receive(self, channel: str) -> dict:
-        self.active += 1
-        self.receiving.set()
-        try:
-            return await super().receive(channel)
-        except asyncio.CancelledError:
-            self.lost += 1
-            return await super().receive(channel)  # nothing comes: it waits until cancelled again
-        finally:
-            self.active -= 1
-
-
-async def ends_in_time(stopping) -> bool:
-    """Whether `stopping` ends within STOPPED_WITHIN_S. Run apart: a deadline around the stop itself would cancel
-    it, and that second cancellation would end the listener that lost the first."""
-    task = asyncio.ensure_future(stopping)
-    done, _ = await asyncio.wait({task}, timeout=STOPPED_WITHIN_S)
-    if not done:
-        task.cancel()
-        await asyncio.wait({task})
-    return bool(done)
 
 
 async def swallows_one_cancellation(entered: asyncio.Event) -> None:
@@ -104,6 +69,15 @@ async def test_it_ends_receives_of_a_real_redis_cancelled_as_they_begin(private_
     finally:
         await layer.flush()
         await layer.close_pools()
+
+
+async def test_a_receive_of_ending_receives_ends_with_its_cancellation():
+    layer = LosesOneCancellation()
+    receiving = asyncio.ensure_future(EndingReceives(layer).receive(await layer.new_channel()))
+    await layer.receiving.wait()
+    receiving.cancel()  # once, as Channels' dispatch loop does
+    assert await ends_in_time(asyncio.wait({receiving}))
+    assert receiving.cancelled() and (layer.lost, layer.active) == (1, 0)
 
 
 @pytest.fixture

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import orjson
 import pytest
 from channels.layers import get_channel_layer
@@ -13,6 +15,7 @@ from console.monitoring.consumers import MetricsConsumer
 from console.monitoring.live import GroupPublisher, group_name
 from console.routing import websocket_urlpatterns
 from console.runtime import RUNTIME_KEY
+from tests.console.layer_stand_ins import LosesOneCancellation, ends_in_time
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -183,3 +186,17 @@ async def test_it_sends_an_ensemble_with_its_steps_and_their_numbers(ensemble, i
         assert backlog["pipeline"] is None and "pipeline" not in backlog["snapshots"][-1]
     finally:
         await communicator.disconnect()
+
+
+async def test_it_ends_its_channel_receive_when_the_socket_closes_though_the_layer_lost_a_cancellation(
+    sampled, user_with_role, monkeypatch
+):
+    layer = LosesOneCancellation()
+    monkeypatch.setattr("channels.consumer.get_channel_layer", lambda alias=None: layer)
+    communicator = await connected(await user_with_role("viewer"), sampled=sampled)
+    assert (await receive(communicator))["type"] == "backlog"
+    await layer.receiving.wait()
+    await communicator.send_input({"type": "websocket.disconnect", "code": 1000})
+    # waited on apart: the communicator's own disconnect() cancels the consumer again after a second
+    assert await ends_in_time(asyncio.wait({communicator.future}))
+    assert (layer.lost, layer.active) == (1, 0)

@@ -38,6 +38,15 @@ def is_idle_wait(exc: BaseException) -> bool:
     return isinstance(exc, RedisReadTimeout)
 
 
+# PostgreSQL's deadlock_detected and serialization_failure: the transaction lost a race, the database is up
+CONFLICT_SQLSTATES = frozenset({"40P01", "40001"})
+
+
+def is_transaction_conflict(exc: BaseException) -> bool:
+    """Whether `exc` is a transaction the database rolled back for a conflict with another: worth retrying now."""
+    return getattr(exc.__cause__, "sqlstate", None) in CONFLICT_SQLSTATES
+
+
 def is_database_outage(exc: BaseException) -> bool:
     """Whether `exc` says the database cannot be reached (or is locked), as opposed to a bad query."""
     return isinstance(exc, DATABASE_UNAVAILABLE)

@@ -82,12 +82,23 @@ def mark_loading(replica: str, name: str, numbers: set[int]) -> None:
     """Show the versions about to load as LOADING on this replica."""
     if numbers:
         with transaction.atomic():
-            versions = list(ModelVersion.objects.filter(model__name=name, number__in=numbers).select_for_update())
+            versions = _locked_versions(name, numbers)
             states.mark_loading(replica, versions)
 
 
 def record_outcome(replica: str, name: str, ready: set[int], failed: dict[int, str]) -> None:
     """Write each version's state on this replica from what its engine holds now, then the registry's state."""
     with transaction.atomic():
-        versions = list(ModelVersion.objects.filter(model__name=name).select_for_update())
+        versions = _locked_versions(name)
         states.record(replica, versions, ready, failed)
+
+
+def _locked_versions(name: str, numbers: set[int] | None = None) -> list[ModelVersion]:
+    """Lock the model's row, then its versions' in number order (inside a transaction): the order every change of
+    the registry takes them in (services.py locks the model first). A join locked by one query locked the rows in
+    scan order, and two replicas recording at once with an activation deadlocked on PostgreSQL."""
+    RegisteredModel.objects.select_for_update().filter(name=name).first()
+    versions = ModelVersion.objects.filter(model__name=name)
+    if numbers is not None:
+        versions = versions.filter(number__in=numbers)
+    return list(versions.order_by("number").select_for_update(of=("self",)))

@@ -22,7 +22,7 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 
 from console.layer_tasks import end_task
-from console.outages import Outage, is_database_outage, is_idle_wait
+from console.outages import Outage, is_database_outage, is_idle_wait, is_transaction_conflict
 from console.registry.desired import ModelPlan, mark_loading, read_plans, record_outcome
 from console.registry.services import CHANGED, GROUP, record_automatic_rollback
 from engine.config_format import parse_config_json
@@ -36,6 +36,7 @@ logger = logging.getLogger("console.registry.reconciler")
 
 DEFAULT_PERIOD_SECONDS = 10.0
 MAX_BACKOFF_PERIODS = 8  # the longest wait between passes while the database is down, in periods
+CONFLICT_RETRY_SECONDS = 0.2  # the wait before a pass again after a deadlock or serialization failure
 
 
 class Reconciler:
@@ -247,6 +248,9 @@ class Reconciler:
         try:
             await self.reconcile_once()
         except Exception as exc:  # a database or engine hiccup must not end the loop
+            if is_transaction_conflict(exc):  # another replica's transaction won the race: again, soon
+                logger.info("reconciliation lost a race with another transaction (%s); retrying", exc.__cause__)
+                return CONFLICT_RETRY_SECONDS
             if not is_database_outage(exc):
                 logger.exception("reconciliation failed; the next pass retries")
                 return self.period

@@ -150,3 +150,24 @@ async def test_each_version_keeps_its_own_config_and_a_rollback_brings_it_back(e
     await reconcile_once(engine)
     assert served_version(engine) == 1 and engine.model_config("simple").max_batch_size == 8
     assert "max_batch_size: 8" in (store / "simple" / "config.pbtxt").read_text()
+
+
+async def test_it_passes_again_soon_after_losing_a_race_to_another_transaction(engine, monkeypatch):
+    # two replicas recording at once with an activation deadlocked on PostgreSQL; taken for an outage, the next
+    # pass waited a whole period and the replica kept serving the old version
+    import psycopg
+    from django.db import OperationalError
+
+    from console.registry.reconciler import CONFLICT_RETRY_SECONDS
+
+    reconciler = reconciler_for(engine)
+
+    async def loses_a_race() -> None:
+        try:
+            raise psycopg.errors.DeadlockDetected("deadlock detected")
+        except psycopg.Error as cause:
+            raise OperationalError("deadlock detected") from cause
+
+    monkeypatch.setattr(reconciler, "reconcile_once", loses_a_race)
+    assert await reconciler._pass() == CONFLICT_RETRY_SECONDS
+    assert reconciler.database.failures == 0  # not an outage

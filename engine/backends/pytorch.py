@@ -16,7 +16,7 @@ from engine.backends import register_backend
 from engine.backends.base import Backend
 from engine.backends.gpu_transfers import pinned_buffers
 from engine.backends.tensor_layout import int_parameter, sequence_tensors, to_config_shape, to_model_shape
-from engine.backends.torch_cuda import CudaGraphs, graphs_wanted
+from engine.backends.torch_cuda import CudaGraphs, graphs_wanted, instance_stream, on_stream
 from engine.config import ModelConfig, TensorConfig
 from engine.datatypes import config_to_wire, numpy_dtype
 from engine.errors import BackendError, LoadError
@@ -75,7 +75,9 @@ class PyTorchBackend(Backend):
         self._inputs = positional_order(self.config.input + served)
         self._outputs = positional_order(self.config.output + extra_outputs)
         self._batched = self.config.max_batch_size > 0
-        # on a GPU: inputs staged in pinned host memory (an asynchronous DMA each), fixed shapes through CUDA graphs
+        # on a GPU: a stream of the instance's own, inputs staged in pinned host memory (an asynchronous DMA each),
+        # fixed shapes through CUDA graphs
+        self._stream = instance_stream(torch, self.device)
         self._pinned = pinned_buffers(self.device)
         self._graphs = CudaGraphs(torch, self.model) if graphs_wanted(self.device, self.config) and not served else None
 
@@ -108,16 +110,17 @@ class PyTorchBackend(Backend):
         missing = [t.name for t in self._inputs if t.name not in batch and not t.optional]
         if missing:
             raise BackendError(f"model '{self.config.name}' needs input '{missing[0]}'")
-        arguments = [self._to_tensor(torch, batch[t.name], t) if t.name in batch else None for t in self._inputs]
-        try:
-            with torch.inference_mode():
-                if self._graphs is not None:
-                    result = self._graphs.run(len(arguments[0]) if self._batched else 1, arguments)
-                else:
-                    result = self.model(*arguments)
-        except Exception as exc:
-            raise BackendError(f"torch failed running model '{self.config.name}': {exc}") from exc
-        return self._to_outputs(result)
+        with on_stream(torch, self._stream):
+            arguments = [self._to_tensor(torch, batch[t.name], t) if t.name in batch else None for t in self._inputs]
+            try:
+                with torch.inference_mode():
+                    if self._graphs is not None:
+                        result = self._graphs.run(len(arguments[0]) if self._batched else 1, arguments)
+                    else:
+                        result = self.model(*arguments)
+            except Exception as exc:
+                raise BackendError(f"torch failed running model '{self.config.name}': {exc}") from exc
+            return self._to_outputs(result)  # the copy back waits for this instance's stream
 
     def _to_tensor(self, torch: Any, array: np.ndarray, tensor: TensorConfig) -> Any:
         array = to_model_shape(array, tensor, self._batched)
@@ -153,6 +156,7 @@ class PyTorchBackend(Backend):
     def unload(self) -> None:
         self.model = None
         self._graphs = None
+        self._stream = None
         if self.device.is_gpu:
             import torch
 

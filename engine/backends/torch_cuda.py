@@ -1,13 +1,19 @@
-"""The pytorch backend on a CUDA GPU: inputs up from pinned host buffers, and CUDA graphs for fixed shapes.
+"""The pytorch backend on a CUDA GPU: a stream per instance, inputs up from pinned host buffers, CUDA graphs.
+
+Each instance runs on a CUDA stream of its own, as Triton's PyTorch backend does, so two instances on one GPU overlap
+one's copies and host work with the other's kernels instead of queueing on the legacy default stream.
 
 A graph is captured the first time a batch size is seen (at most MAX_GRAPHS sizes), for models whose inputs have one
 shape per batch size; later batches of that size copy their inputs into the graph's static tensors and replay it,
 one launch instead of one per kernel. The config parameter CUDA_GRAPHS "false" turns graphs off; a model whose
-capture fails runs eagerly from then on at that size.
+capture fails runs eagerly from then on at that size. A capture forbids unsafe CUDA calls only on its own thread
+(capture_error_mode "thread_local"): another instance's synchronous copy during a capture would otherwise fail that
+instance's batch.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
 
@@ -20,6 +26,17 @@ log = logging.getLogger("infera.engine")
 
 MAX_GRAPHS = 8  # batch sizes captured per instance; others run eagerly (each graph keeps its own buffers)
 WARMUP_RUNS = 2  # eager runs on a side stream before a capture, as torch's documentation asks
+
+
+def instance_stream(torch: Any, device: Device) -> Any | None:
+    """A CUDA stream of the instance's own on its GPU; None on the CPU."""
+    return torch.cuda.Stream(device=torch.device("cuda", device.id)) if device.is_gpu else None
+
+
+def on_stream(torch: Any, stream: Any | None) -> contextlib.AbstractContextManager:
+    """Make `stream` (and its device) current for this thread while a batch runs: its copies, kernels and graph
+    replays go there, and the copy of the outputs back waits for that stream alone."""
+    return contextlib.nullcontext() if stream is None else torch.cuda.stream(stream)
 
 
 def graphs_wanted(device: Device, config: ModelConfig) -> bool:
@@ -69,7 +86,7 @@ class CudaGraphs:
                     self.model(*static_inputs)
             torch.cuda.current_stream().wait_stream(side)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
                 static_output = self.model(*static_inputs)
         except Exception as exc:  # noqa: BLE001 - a model that cannot be captured still runs, eagerly
             log.warning("batch size %s runs without a CUDA graph: the capture failed: %s", batch, exc)

@@ -44,13 +44,15 @@ QUEUE_DELAY_US = 500
 CALL_TIMEOUT_S = 60.0  # one call slower than this is a hang: reported, so the device minutes are not spent waiting
 TARGET_BATCH = 64  # issue 23: the engine at >= 0.9x of direct torch / onnxruntime CUDA throughput at this batch
 CALLERS = 64
-# the engine's models, all from one traced file: name -> (backend, instances, max batch, extra parameters)
+# the engine's models, all from one traced file: name -> (backend, instances, max batch, extra parameters, window).
+# One caller's sequential batches are held to torch alone, which waits for no one: those models batch with no
+# queue delay (equal settings); the concurrent ones wait --queue-delay-us for a batch to fill, as HTTP's model does.
 VARIANTS = {
-    "resnet50": ("pytorch", 1, MAX_BATCH, {}),
-    "resnet50_eager": ("pytorch", 1, MAX_BATCH, {"CUDA_GRAPHS": "false"}),
-    "resnet50_b64": ("pytorch", 1, TARGET_BATCH, {}),
-    "resnet50_b64_x2": ("pytorch", 2, TARGET_BATCH, {}),
-    "resnet50_onnx": ("onnxruntime", 1, MAX_BATCH, {}),
+    "resnet50": ("pytorch", 1, MAX_BATCH, {}, False),
+    "resnet50_eager": ("pytorch", 1, MAX_BATCH, {"CUDA_GRAPHS": "false"}, False),
+    "resnet50_b64": ("pytorch", 1, TARGET_BATCH, {}, True),
+    "resnet50_b64_x2": ("pytorch", 2, TARGET_BATCH, {}, True),
+    "resnet50_onnx": ("onnxruntime", 1, MAX_BATCH, {}, False),
 }
 
 
@@ -145,15 +147,16 @@ def write_repository(
                 dynamo=False,
             )
         files["onnx"] = source / "model.onnx"
-    for name, (backend, instances, max_batch, parameters) in VARIANTS.items():
+    for name, (backend, instances, max_batch, parameters, window) in VARIANTS.items():
         fmt = "pt" if backend == "pytorch" else "onnx"
         if fmt not in files:
             continue
         folder = root / name
         (folder / "1").mkdir(parents=True, exist_ok=True)
         shutil.copyfile(files[fmt], folder / "1" / files[fmt].name)
+        delay = delay_us if window else 0
         (folder / "config.pbtxt").write_text(
-            config_text(name, backend, instances, max_batch, kind, image, delay_us, parameters)
+            config_text(name, backend, instances, max_batch, kind, image, delay, parameters)
         )
     return files
 
@@ -241,12 +244,15 @@ def measure_torch(torch, model_file: Path, device: str, batches: list[int], imag
     """torch alone on the traced file, host arrays in and out as the engine must take and give them.
 
     plain: `torch.from_numpy(x).to(device)` and an eager call, as a user writes it. tuned: the batch copied into
-    a pinned buffer, one asynchronous copy up, a CUDA graph replayed, the output copied down: what the engine's
-    pytorch backend does on a GPU, written by hand without a server around it.
+    a pinned buffer (by the engine's HostCopier), one asynchronous copy up, a CUDA graph replayed, the output
+    copied down: what the engine's pytorch backend does on a GPU, written by hand without a server around it.
     """
+    from engine.backends.gpu_transfers import HostCopier
+
     model = torch.jit.load(str(model_file), map_location=device).eval()
     rng = np.random.default_rng(0)
     plain, tuned = [], []
+    copier = HostCopier()  # the engine's staging copy, so "tuned" stages as the engine does
     with torch.inference_mode():
         for batch in batches:
             array = rng.standard_normal((batch, 3, image, image), dtype=np.float32)
@@ -257,6 +263,7 @@ def measure_torch(torch, model_file: Path, device: str, batches: list[int], imag
             if device != "cuda":
                 continue
             host = torch.empty(array.shape, dtype=torch.float32, pin_memory=True)
+            host_array = host.numpy()
             static_in = torch.empty(array.shape, dtype=torch.float32, device=device)
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
@@ -268,16 +275,59 @@ def measure_torch(torch, model_file: Path, device: str, batches: list[int], imag
             with torch.cuda.graph(graph):
                 static_out = model(static_in)
 
-            def step(a=array, host=host, static_in=static_in, graph=graph, static_out=static_out):
-                np.copyto(host.numpy(), a)
+            def step(a=array, host=host, host_array=host_array, static_in=static_in, graph=graph, out=static_out):
+                copier.copy([a], host_array)
                 static_in.copy_(host, non_blocking=True)
                 graph.replay()
-                return static_out.cpu().numpy()
+                return out.cpu().numpy()
 
             tuned.append(timed_loop(step, batch, seconds))
             _say("torch tuned", tuned[-1])
-            del graph, static_in, static_out, host
+            del graph, static_in, static_out, host, host_array
+    copier.close()
     return {"plain": plain, "tuned": tuned}  # the model and its memory go with this frame
+
+
+def measure_transfers(torch, image: int, batches: list[int], repeats: int = 20) -> list[dict]:
+    """One batch of images up to the GPU, three ways (median ms of `repeats`): pageable `.to()` (the driver
+    stages it), one thread's memcpy into pinned memory then a DMA, and the engine's HostCopier then a DMA."""
+    from engine.backends.gpu_transfers import HostCopier
+
+    copier, rows = HostCopier(), []
+    for batch in batches:
+        array = np.random.default_rng(1).standard_normal((batch, 3, image, image), dtype=np.float32)
+        host = torch.empty(array.shape, dtype=torch.float32, pin_memory=True)
+        host_array = host.numpy()
+        device_copy = torch.empty(array.shape, dtype=torch.float32, device="cuda")
+
+        def pageable(a=array, d=device_copy):
+            d.copy_(torch.from_numpy(a))
+
+        def one_thread(a=array, h=host, ha=host_array, d=device_copy):
+            np.copyto(ha, a)
+            d.copy_(h, non_blocking=True)
+
+        def threads(a=array, h=host, ha=host_array, d=device_copy):
+            copier.copy([a], ha)
+            d.copy_(h, non_blocking=True)
+
+        row = {"batch": batch, "mbytes": array.nbytes / 1e6}
+        for label, step in (("pageable", pageable), ("pinned_one_thread", one_thread), ("pinned_threads", threads)):
+            times = []
+            for _ in range(repeats + 2):
+                start = time.perf_counter()
+                step()
+                torch.cuda.synchronize()
+                times.append(time.perf_counter() - start)
+            row[label] = float(np.median(times[2:]) * 1000)
+        rows.append(row)
+        print(
+            f"  transfer batch {batch:3} ({row['mbytes']:.1f} MB): pageable {row['pageable']:.2f} ms, pinned one "
+            f"thread {row['pinned_one_thread']:.2f} ms, pinned {copier.threads} threads {row['pinned_threads']:.2f} ms",
+            flush=True,
+        )
+    copier.close()
+    return rows
 
 
 def ort_cuda_available() -> tuple[bool, str]:
@@ -423,10 +473,16 @@ def scrape_gpu_metrics(base_url: str) -> dict[str, float]:
     return found
 
 
-def measure_http(repo: Path, image: int, concurrencies: list[int], seconds: float, log_folder: Path) -> dict:
+def measure_http(
+    repo: Path, image: int, concurrencies: list[int], seconds: float, log_folder: Path, delay_us: int
+) -> dict:
     """The standalone v2 app under uvicorn serving `resnet50` alone; binary bodies of one image each."""
     only = Path(tempfile.mkdtemp(prefix="infera-gpu-http-"))
     shutil.copytree(repo / MODEL, only / MODEL)
+    config = only / MODEL / "config.pbtxt"  # many connections: the batcher's window, as the concurrent callers'
+    config.write_text(
+        config.read_text().replace("max_queue_delay_microseconds: 0", f"max_queue_delay_microseconds: {delay_us}")
+    )
     port = free_port()
     spec = ServerSpec(
         "infera-gpu",
@@ -539,8 +595,9 @@ def markdown(results: dict) -> str:
         f"Measured {results['date']} on {s['gpu']} (driver {s['driver']}, {s['cpu_cores']} CPU cores), "
         f"Python {s['python']}, torch {s['torch']}, {s.get('onnxruntime', 'no onnxruntime')}; "
         f"{MODEL} (25.6 M parameters) FP32 at {results['image']}×{results['image']}, torch's default "
-        f"math (cuDNN convolutions in TF32); engine models on GPU 0 with dynamic batching (delay "
-        f"{results['queue_delay_us']} µs). Each figure: a closed loop of {results['seconds']:g} s after 3 warm-up "
+        f"math (cuDNN convolutions in TF32); engine models on GPU 0 with dynamic batching: one caller's batches "
+        f"with no queue delay (torch alone waits for no one), concurrent callers and HTTP with "
+        f"{results['queue_delay_us']} µs. Each figure: a closed loop of {results['seconds']:g} s after 3 warm-up "
         "calls; images/s with the p50 of one call in brackets. `python -m bench.gpu_bench`, run by `bench/gpu.sh`."
     ]
     if results.get("ratios"):
@@ -577,6 +634,23 @@ def markdown(results: dict) -> str:
     )
     if "onnxruntime_error" in results:
         parts.append(f"onnxruntime on CUDA: not measured: {results['onnxruntime_error']}")
+    if results.get("transfers"):
+        parts.append(
+            "One batch up to the GPU (median ms of 20; pinned: page-locked memory, then one DMA):\n\n"
+            + table(
+                ["batch", "MB", "pageable .to()", "memcpy, 1 thread + DMA", "engine's HostCopier + DMA"],
+                [
+                    [
+                        r["batch"],
+                        f"{r['mbytes']:.1f}",
+                        f"{r['pageable']:.2f}",
+                        f"{r['pinned_one_thread']:.2f}",
+                        f"{r['pinned_threads']:.2f}",
+                    ]
+                    for r in results["transfers"]
+                ],
+            )
+        )
     concurrent = results.get("engine", {}).get("concurrent", [])
     if concurrent:
         parts.append(
@@ -596,7 +670,12 @@ def markdown(results: dict) -> str:
                 ],
             )
         )
-    for key, label in (("engine_error", "Engine"), ("http_error", "HTTP"), ("torch_error", "torch")):
+    for key, label in (
+        ("engine_error", "Engine"),
+        ("http_error", "HTTP"),
+        ("torch_error", "torch"),
+        ("transfers_error", "Transfers"),
+    ):
         if key in results:
             parts.append(f"{label}: not available: {results[key]}")
     http = results.get("http", {})
@@ -706,6 +785,14 @@ def main(argv: list[str] | None = None) -> int:
             "torch",
             lambda: measure_torch(torch, files["pt"], args.device, batches, args.image, args.seconds),
         )
+    if args.device == "cuda":
+        print("transfers up", flush=True)
+        guarded(
+            results,
+            "transfers",
+            "transfers",
+            lambda: measure_transfers(torch, args.image, sorted({1, TARGET_BATCH, max(batches)})),
+        )
     if ort_ok:
         print("onnxruntime alone", flush=True)
         with sampler.phase("onnxruntime alone"):
@@ -737,7 +824,10 @@ def main(argv: list[str] | None = None) -> int:
     print("HTTP", flush=True)
     with sampler.phase("http"):
         guarded(
-            results, "http", "HTTP", lambda: measure_http(repo, args.image, concurrencies, args.http_seconds, args.out)
+            results,
+            "http",
+            "HTTP",
+            lambda: measure_http(repo, args.image, concurrencies, args.http_seconds, args.out, args.queue_delay_us),
         )
     shutil.rmtree(work, ignore_errors=True)
     results["nvml"] = sampler.summary()

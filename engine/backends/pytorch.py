@@ -16,7 +16,7 @@ from engine.backends import register_backend
 from engine.backends.base import Backend
 from engine.backends.gpu_transfers import pinned_buffers
 from engine.backends.tensor_layout import int_parameter, sequence_tensors, to_config_shape, to_model_shape
-from engine.backends.torch_cuda import CudaGraphs, graphs_wanted, instance_stream, on_stream
+from engine.backends.torch_cuda import CAPTURES, CudaGraphs, graphs_wanted, instance_stream, on_stream
 from engine.config import ModelConfig, TensorConfig
 from engine.datatypes import config_to_wire, numpy_dtype
 from engine.errors import BackendError, LoadError
@@ -104,6 +104,12 @@ class PyTorchBackend(Backend):
             except RuntimeError as exc:  # torch allows it once, before any inter-op work has started
                 log.warning("model '%s': inter-op threads stay at %s: %s", self.config.name, inter, exc)
 
+    def prepare(self, requests: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        """On a GPU, several requests are gathered straight into the pinned buffers the batch goes up from."""
+        if self._pinned is None or len(requests) == 1:
+            return super().prepare(requests)
+        return {name: self._pinned.gather(name, [r[name] for r in requests]) for name in requests[0]}
+
     def execute(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         import torch
 
@@ -128,7 +134,7 @@ class PyTorchBackend(Backend):
         if array.dtype != dtype:
             array = array.astype(dtype)
         if self._pinned is not None and dtype.name != "bfloat16":  # a DMA; the outputs' copy back waits for it
-            return self._pinned.tensor(tensor.name, array).to(self.torch_device, non_blocking=True)
+            return self._pinned.tensor(torch, tensor.name, array).to(self.torch_device, non_blocking=True)
         if not array.flags.writeable or not array.flags.c_contiguous:
             array = np.ascontiguousarray(array).copy()  # torch only wraps writable memory without a warning
         if dtype.name == "bfloat16":  # numpy's ml_dtypes bfloat16 reaches torch as its bits
@@ -157,10 +163,13 @@ class PyTorchBackend(Backend):
         self.model = None
         self._graphs = None
         self._stream = None
+        if self._pinned is not None:
+            self._pinned.close()
         if self.device.is_gpu:
             import torch
 
-            torch.cuda.empty_cache()
+            with CAPTURES:  # freeing device memory during another instance's capture would break that capture
+                torch.cuda.empty_cache()
 
 
 def _to_numpy(value: Any) -> np.ndarray:

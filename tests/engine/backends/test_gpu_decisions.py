@@ -11,8 +11,16 @@ import dataclasses
 import numpy as np
 import pytest
 
+from engine.backends import gpu_transfers
 from engine.backends.base import Device
-from engine.backends.gpu_transfers import IoBindingRunner, fixed_shapes, pinned_buffers, uses_io_binding
+from engine.backends.gpu_transfers import (
+    HostCopier,
+    IoBindingRunner,
+    PinnedBuffers,
+    fixed_shapes,
+    pinned_buffers,
+    uses_io_binding,
+)
 from engine.backends.onnxruntime import OnnxRuntimeBackend
 from engine.backends.torch_cuda import CudaGraphs, graphs_wanted
 from engine.config import InstanceGroup, TensorConfig
@@ -87,3 +95,49 @@ def test_it_places_instances_on_the_gpus_the_group_names() -> None:
     assert instance_devices(every, gpus=2) == [Device("GPU", 0), Device("GPU", 1)]
     auto = dataclasses.replace(simple_config(), backend="onnxruntime", instance_group=[])
     assert {d.kind for d in instance_devices(auto, gpus=1)} == {"GPU"}  # KIND_AUTO on a machine with a GPU
+
+
+def host_buffers(copier: HostCopier | None = None) -> PinnedBuffers:
+    """PinnedBuffers over plain host memory: the copies and the bookkeeping are the same as over pinned memory."""
+    return PinnedBuffers(lambda size: np.empty(size, np.uint8), copier)
+
+
+def test_a_large_host_copy_is_split_over_threads_and_lands_byte_for_byte(monkeypatch) -> None:
+    monkeypatch.setattr(gpu_transfers, "PARALLEL_COPY_BYTES", 1000)  # small arrays, many parts
+    rng = np.random.default_rng(0)
+    sources = [rng.standard_normal((n, 7, 5), dtype=np.float32) for n in (3, 1, 11, 2)]
+    sources[1].flags.writeable = False  # a request decoded from a body
+    sources.append(rng.standard_normal((4, 7, 5), dtype=np.float32)[::-1])  # not C-contiguous
+    copier = HostCopier(threads=3)
+    destination = np.empty((sum(len(s) for s in sources), 7, 5), np.float32)
+    copier.copy(sources, destination)
+    np.testing.assert_array_equal(destination, np.concatenate(sources))
+    assert copier._pool is not None  # it did go over threads
+    copier.close()
+
+
+def test_a_small_host_copy_stays_on_the_calling_thread() -> None:
+    copier = HostCopier(threads=4)
+    destination = np.empty(10, np.int64)
+    copier.copy([np.arange(4), np.arange(6)], destination)
+    np.testing.assert_array_equal(destination, np.r_[np.arange(4), np.arange(6)])
+    assert copier._pool is None
+
+
+def test_a_gathered_batch_is_staged_without_a_second_copy_and_buffers_are_reused() -> None:
+    buffers = host_buffers()
+    first = buffers.gather("X", [np.ones((2, 3), np.float32), np.zeros((1, 3), np.float32)])
+    assert buffers.holds("X", first)
+    assert buffers.stage("X", first) is first
+    np.testing.assert_array_equal(first, [[1, 1, 1], [1, 1, 1], [0, 0, 0]])
+    smaller = buffers.stage("X", np.full((1, 3), 5, np.float32))
+    assert smaller.ctypes.data == first.ctypes.data  # the same page-locked memory, batch after batch
+    assert not buffers.holds("X", np.full((1, 3), 5, np.float32))
+
+
+def test_requests_that_cannot_share_a_buffer_are_concatenated_as_before() -> None:
+    buffers = host_buffers()
+    mixed = buffers.gather("X", [np.ones((1, 2), np.float32), np.ones((1, 2), np.float64)])
+    assert mixed.dtype == np.float64 and not buffers.holds("X", mixed)
+    with pytest.raises(ValueError):  # the error numpy gives the default batching for ragged requests
+        buffers.gather("X", [np.ones((1, 2), np.float32), np.ones((1, 3), np.float32)])

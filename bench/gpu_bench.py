@@ -44,6 +44,7 @@ QUEUE_DELAY_US = 500
 CALL_TIMEOUT_S = 60.0  # one call slower than this is a hang: reported, so the device minutes are not spent waiting
 TARGET_BATCH = 64  # issue 23: the engine at >= 0.9x of direct torch / onnxruntime CUDA throughput at this batch
 CALLERS = 64
+WARM_CONCURRENT_S = 1.0  # concurrent callers run this long untimed first
 # the engine's models, all from one traced file: name -> (backend, instances, max batch, extra parameters, window).
 # One caller's sequential batches are held to torch alone, which waits for no one: those models batch with no
 # queue delay (equal settings); the concurrent ones wait --queue-delay-us for a batch to fill, as HTTP's model does.
@@ -407,8 +408,7 @@ async def _engine_runs(
 
     async def concurrent(model: str, callers: int, batch: int) -> dict:
         array = rng.standard_normal((batch, 3, image, image), dtype=np.float32)
-        await asyncio.gather(*(call(model, array) for _ in range(callers)))  # warm: the sizes these batches take
-        done, deadline = 0, time.perf_counter() + seconds
+        done, deadline = 0, 0.0
 
         async def caller() -> None:
             nonlocal done
@@ -416,6 +416,10 @@ async def _engine_runs(
                 await call(model, array)
                 done += batch
 
+        # warm for a second untimed: the batch sizes these callers form get their graphs captured first
+        deadline = time.perf_counter() + WARM_CONCURRENT_S
+        await asyncio.gather(*(caller() for _ in range(callers)))
+        done, deadline = 0, time.perf_counter() + seconds
         inferences, executions = _counts(server, model)
         start = time.perf_counter()
         await asyncio.gather(*(caller() for _ in range(callers)))

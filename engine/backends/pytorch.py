@@ -16,7 +16,14 @@ from engine.backends import register_backend
 from engine.backends.base import Backend
 from engine.backends.gpu_transfers import pinned_buffers
 from engine.backends.tensor_layout import int_parameter, sequence_tensors, to_config_shape, to_model_shape
-from engine.backends.torch_cuda import CAPTURES, CudaGraphs, graphs_wanted, instance_stream, on_stream
+from engine.backends.torch_cuda import (
+    CAPTURES,
+    CudaGraphs,
+    batch_buckets,
+    graphs_wanted,
+    instance_stream,
+    on_stream,
+)
 from engine.config import ModelConfig, TensorConfig
 from engine.datatypes import config_to_wire, numpy_dtype
 from engine.errors import BackendError, LoadError
@@ -79,7 +86,8 @@ class PyTorchBackend(Backend):
         # fixed shapes through CUDA graphs
         self._stream = instance_stream(torch, self.device)
         self._pinned = pinned_buffers(self.device)
-        self._graphs = CudaGraphs(torch, self.model) if graphs_wanted(self.device, self.config) and not served else None
+        wanted = graphs_wanted(self.device, self.config) and not served
+        self._graphs = CudaGraphs(torch, self.model, buckets=batch_buckets(self.config)) if wanted else None
 
     def _torch_device(self, torch: Any) -> Any:
         if not self.device.is_gpu:

@@ -98,10 +98,31 @@ def loaded(tmp_path: Path, config: ModelConfig, device: Device = GPU) -> PyTorch
 def test_it_replays_a_captured_graph_with_the_eager_answer_on_fresh_inputs(tmp_path) -> None:
     backend = loaded(tmp_path, cnn_config("graphs"))
     rng = np.random.default_rng(1)
-    for batch in (4, 4, 7, 4, 7):  # the second batch of a size replays the graph the first captured
+    for batch in (4, 4, 8, 4, 8):  # the second batch of a size replays the graph the first captured
         x = images(rng, batch)
         assert_close(backend.execute({"INPUT__0": x})["OUTPUT__0"], reference(x))
-    assert backend._graphs.captured == [4, 7]
+    assert backend._graphs.captured == [4, 8]
+
+
+def test_it_pads_a_batch_up_to_the_graph_of_the_next_bucket(tmp_path) -> None:
+    backend = loaded(tmp_path, cnn_config("buckets"))
+    assert backend._graphs.buckets == [1, 2, 4, 8, 16]
+    rng = np.random.default_rng(7)
+    for batch in (5, 8, 6, 3, 16, 11):  # 5, 8 and 6 share the graph of 8; 3 takes 4's; 11 takes 16's
+        x = images(rng, batch)
+        got = backend.execute({"INPUT__0": x})["OUTPUT__0"]
+        assert got.shape == (batch, CLASSES)
+        assert_close(got, reference(x))
+    assert backend._graphs.captured == [4, 8, 16]
+
+
+def test_it_captures_each_size_exactly_when_the_config_says_exact(tmp_path) -> None:
+    backend = loaded(tmp_path, cnn_config("exact", CUDA_GRAPHS="exact"))
+    rng = np.random.default_rng(8)
+    for batch in (5, 6, 5):
+        x = images(rng, batch)
+        assert_close(backend.execute({"INPUT__0": x})["OUTPUT__0"], reference(x))
+    assert backend._graphs.captured == [5, 6]
 
 
 def test_it_runs_eagerly_when_the_config_turns_graphs_off(tmp_path) -> None:

@@ -22,7 +22,7 @@ from engine.backends.gpu_transfers import (
     uses_io_binding,
 )
 from engine.backends.onnxruntime import OnnxRuntimeBackend
-from engine.backends.torch_cuda import CudaGraphs, graphs_wanted
+from engine.backends.torch_cuda import CudaGraphs, batch_buckets, first_rows, graphs_wanted
 from engine.config import InstanceGroup, TensorConfig
 from engine.lifecycle import instance_devices
 from tests.engine.model_factory import make_simple_onnx, simple_config
@@ -141,3 +141,21 @@ def test_requests_that_cannot_share_a_buffer_are_concatenated_as_before() -> Non
     assert mixed.dtype == np.float64 and not buffers.holds("X", mixed)
     with pytest.raises(ValueError):  # the error numpy gives the default batching for ragged requests
         buffers.gather("X", [np.ones((1, 2), np.float32), np.ones((1, 3), np.float32)])
+
+
+def test_batches_are_padded_to_power_of_two_buckets_unless_the_config_says_exact() -> None:
+    config = dataclasses.replace(simple_config(), max_batch_size=48)
+    assert batch_buckets(config) == [1, 2, 4, 8, 16, 32, 48]
+    assert batch_buckets(dataclasses.replace(config, max_batch_size=1)) == [1]
+    assert batch_buckets(dataclasses.replace(config, max_batch_size=0)) is None  # one shape: nothing to pad
+    assert batch_buckets(dataclasses.replace(config, parameters={"CUDA_GRAPHS": "exact"})) is None
+    graphs = CudaGraphs(None, None, buckets=batch_buckets(config))
+    assert [graphs.size_for(n) for n in (1, 3, 8, 9, 33, 48)] == [1, 4, 8, 16, 48, 48]
+    assert CudaGraphs(None, None).size_for(13) == 13
+
+
+def test_the_first_rows_of_every_kind_of_result_are_taken() -> None:
+    rows = np.arange(12).reshape(6, 2)
+    np.testing.assert_array_equal(first_rows(rows, 2), rows[:2])
+    assert [r.shape for r in first_rows((rows, rows), 3)] == [(3, 2), (3, 2)]
+    assert first_rows({"a": rows}, 1)["a"].shape == (1, 2)

@@ -33,6 +33,8 @@ from bench.system import load_average, system_info, usable_cores
 from bench.wrk import WRK, WrkScripts
 
 RESULTS = ROOT / "bench" / "results"
+# the last GPU run (bench/gpu.sh on a GPU machine), kept in git: no machine that runs `make bench` has to have a GPU
+GPU_RESULTS = ROOT / "docs" / "benchmarks-gpu.json"
 HTTP_TARGETS = ("echo-uvicorn", "echo-daphne", "infera-uvicorn", "infera-daphne", "mlserver")
 DEFAULT_TARGETS = ("echo-uvicorn", "echo-daphne", "infera-uvicorn", "infera-daphne", "mlserver")
 SECTIONS = (
@@ -89,6 +91,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--render-only",
         action="store_true",
         help="rewrite the markdown from bench/results/latest.json, measure nothing",
+    )
+    parser.add_argument(
+        "--gpu-results",
+        type=Path,
+        help="publish a bench/gpu.sh run (its gpu_results.json) into docs/, measure nothing",
     )
     parser.add_argument("--setup-peers", action="store_true", help="(re)create MLServer's virtualenv first")
     args = parser.parse_args(argv)
@@ -310,12 +317,30 @@ def render_only(out: Path) -> int:
     if not published.exists():
         print(f"no {published}: run the bench without --no-write first", file=sys.stderr)
         return 2
-    results = json.loads(published.read_text())
-    gpu_json = RESULTS / "gpu_results.json"
-    if gpu_json.exists():
-        results["gpu"] = json.loads(gpu_json.read_text())
+    results = json.loads(published.read_text()) | published_gpu()
     write_outputs(results, out, RESULTS)
     print(f"wrote {out}")
+    return 0
+
+
+def published_gpu() -> dict:
+    """{"gpu": the last GPU run} when one was published, else {}."""
+    return {"gpu": json.loads(GPU_RESULTS.read_text())} if GPU_RESULTS.exists() else {}
+
+
+def publish_gpu(source: Path, out: Path) -> int:
+    """Keep a GPU run's results (bench/gpu.sh's gpu_results.json) and rewrite only its section and target rows."""
+    try:
+        gpu = json.loads(source.read_text())
+    except (OSError, ValueError) as error:
+        print(f"cannot read {source}: {error}", file=sys.stderr)
+        return 2
+    if not isinstance(gpu, dict) or "markdown" not in gpu or "system" not in gpu:
+        print(f"{source} is not bench/gpu_bench.py's gpu_results.json", file=sys.stderr)
+        return 2
+    GPU_RESULTS.write_text(json.dumps(gpu, indent=1) + "\n")
+    write_outputs({"gpu": gpu}, out, RESULTS, ["gpu"])
+    print(f"kept {GPU_RESULTS}; wrote its section and targets into {out}")
     return 0
 
 
@@ -323,6 +348,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.render_only:
         return render_only(args.out)
+    if args.gpu_results:
+        return publish_gpu(args.gpu_results, args.out)
     if not shutil.which(WRK):
         print("wrk is not installed: apt-get install wrk", file=sys.stderr)
         return 2
@@ -432,9 +459,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         scripts.close()
         shutil.rmtree(workdir, ignore_errors=True)
-    gpu_json = RESULTS / "gpu_results.json"
-    if gpu_json.exists():
-        results["gpu"] = json.loads(gpu_json.read_text())
+    results |= published_gpu()
     results["elapsed_s"] = time.monotonic() - started
     results["system"]["load average at end"] = load_average()
     print_summary(results)

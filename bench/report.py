@@ -479,9 +479,9 @@ def _served(row: dict, version: int) -> str:
 def gpu_text(gpu: dict | None) -> str:
     if not gpu:
         return (
-            "Not run on this machine (no GPU). `bench/gpu.sh` runs it on a GPU machine and writes "
-            "`gpu_results.json` and `gpu_results.md` under `$OUT`; copy the JSON to `bench/results/gpu_results.json` "
-            "and the next `make bench` puts its tables here."
+            "Not run yet (no GPU). `bench/gpu.sh` runs it on a GPU machine and writes `gpu_results.json` under "
+            "`$OUT`; `python -m bench --gpu-results that/gpu_results.json` keeps it in docs/benchmarks-gpu.json "
+            "and puts its tables and targets here."
         )
     return gpu.get("markdown", "")
 
@@ -553,6 +553,7 @@ SEQUENCES_HEADING = "Sequence batcher: direct, oldest and no sequence batching"
 ENSEMBLE_HEADING = "Ensembles: digits_pipeline vs the client chaining its steps"
 TRAFFIC_HEADING = "Traffic policies: no policy, canary 90/10 and shadow on mlp_small"
 CLUSTER_HEADING = "Scale-out: 1, 2 and 3 replicas behind HAProxy"
+GPU_HEADING = "GPU path (bench/gpu.sh)"
 # the headings each `--sections` entry fills; a run of some sections rewrites only theirs (see write_outputs)
 SECTION_HEADINGS = {
     "direct": ("Direct ceiling: onnxruntime session.run in process",),
@@ -566,6 +567,7 @@ SECTION_HEADINGS = {
     "ensemble": (ENSEMBLE_HEADING,),
     "traffic": (TRAFFIC_HEADING,),
     "cluster": (CLUSTER_HEADING,),
+    "gpu": (GPU_HEADING,),  # written by `python -m bench --gpu-results FILE`, measured on a GPU machine
 }
 
 
@@ -593,7 +595,7 @@ def section_renderers(results: dict) -> dict[str, Callable[[], str]]:
         ENSEMBLE_HEADING: lambda: section_or_reason(results.get("ensemble"), ensemble_text),
         TRAFFIC_HEADING: lambda: section_or_reason(results.get("traffic"), traffic_text),
         CLUSTER_HEADING: lambda: section_or_reason(results.get("cluster"), cluster_text),
-        "GPU path (bench/gpu.sh)": lambda: gpu_text(results.get("gpu")),
+        GPU_HEADING: lambda: gpu_text(results.get("gpu")),
     }
     if PROFILE_NOTE.exists():
         renderers["Where the time goes"] = lambda: PROFILE_NOTE.read_text().strip()

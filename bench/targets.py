@@ -352,6 +352,33 @@ def cluster_verdicts(results: dict) -> list[Verdict]:
     return [Verdict(CLUSTER_TARGET, goal, f"{worst * 1000:.0f} ms", "PASS" if worst <= CLUSTER_GOAL_S else "MISS")]
 
 
+GPU_GOAL = 0.9  # issue 23: the engine at >= 0.9x of direct torch / onnxruntime CUDA throughput at batch 64
+# GPU targets -> the pair of bench/gpu_bench.py's ratios that decides each
+GPU_TARGETS = {
+    "GPU: engine pytorch vs torch alone (plain), one caller": "engine pytorch (graphs) / torch plain",
+    "GPU: engine pytorch vs torch hand-tuned (pinned, CUDA graph)": "engine pytorch (graphs) / torch tuned",
+    "GPU: engine onnxruntime vs onnxruntime CUDA (IO binding)": "engine onnxruntime / onnxruntime io binding",
+}
+
+
+def gpu_verdicts(results: dict) -> list[Verdict]:
+    """Issue 23's GPU path: the engine in process against the runtime alone, same file, same batch (bench/gpu.sh)."""
+    gpu = results.get("gpu")
+    verdicts = []
+    for target, pair in GPU_TARGETS.items():
+        row = next((r for r in (gpu or {}).get("ratios", []) if r["pair"] == pair), None)
+        goal = f"≥ {GPU_GOAL}× at batch {row['batch'] if row else 64}"
+        if row is None:
+            why = "not run (no GPU on this machine; bench/gpu.sh on one)" if not gpu else "not measured"
+            if gpu and "onnxruntime" in pair and gpu.get("onnxruntime_error"):
+                why = gpu["onnxruntime_error"]
+            verdicts.append(Verdict(target, goal, why[:160], "N/A"))
+            continue
+        measured = f"{row['ratio']:.2f}× ({row['engine']:.0f} vs {row['direct']:.0f} img/s, {gpu['system']['gpu']})"
+        verdicts.append(Verdict(target, goal, measured, "PASS" if row["ratio"] >= GPU_GOAL else "MISS"))
+    return verdicts
+
+
 # the targets each `--sections` entry decides from its own figures: a run of some rewrites their rows (report.py)
 SECTION_VERDICTS = {
     "engine": engine_verdicts,
@@ -361,6 +388,7 @@ SECTION_VERDICTS = {
     "ensemble": ensemble_verdicts,
     "traffic": traffic_verdicts,
     "cluster": cluster_verdicts,
+    "gpu": gpu_verdicts,
 }
 
 

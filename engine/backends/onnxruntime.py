@@ -133,6 +133,9 @@ class OnnxRuntimeBackend(Backend):
         return outputs
 
     def unload(self) -> None:
+        runner = getattr(self, "_runner", None)  # None too when load() failed before it
+        if runner is not None and runner.pinned is not None:
+            runner.pinned.close()
         self.session = None
 
     @classmethod

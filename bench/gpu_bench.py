@@ -241,6 +241,21 @@ def _say(label: str, row: dict) -> None:
     print(f"  {label} batch {row['batch']:3}: {row['images_per_s']:8.0f} img/s p50 {row['p50_ms']:.2f} ms", flush=True)
 
 
+def captured(torch, model, shape: tuple[int, ...]) -> tuple:
+    """`model` captured in a CUDA graph on a static float32 input of `shape`: (input, graph, output)."""
+    static_in = torch.empty(shape, dtype=torch.float32, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):  # warm-up runs off the capture stream, as torch's documentation asks
+            model(static_in)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = model(static_in)
+    return static_in, graph, static_out
+
+
 def measure_torch(torch, model_file: Path, device: str, batches: list[int], image: int, seconds: float) -> dict:
     """torch alone on the traced file, host arrays in and out as the engine must take and give them.
 
@@ -265,16 +280,7 @@ def measure_torch(torch, model_file: Path, device: str, batches: list[int], imag
                 continue
             host = torch.empty(array.shape, dtype=torch.float32, pin_memory=True)
             host_array = host.numpy()
-            static_in = torch.empty(array.shape, dtype=torch.float32, device=device)
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(2):
-                    model(static_in)
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                static_out = model(static_in)
+            static_in, graph, static_out = captured(torch, model, array.shape)
 
             def step(a=array, host=host, host_array=host_array, static_in=static_in, graph=graph, out=static_out):
                 copier.copy([a], host_array)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.gpu_bench import MODEL, config_text, timed_loop, write_repository
+from bench.gpu_bench import MODEL, captured, config_text, timed_loop, write_repository
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,17 +65,8 @@ def main(argv: list[str] | None = None) -> int:
         array.flags.writeable = False  # as a request decoded from a body
         if gpu:
             host = torch.empty(array.shape, dtype=torch.float32, pin_memory=True)
-            static_in = torch.empty(array.shape, dtype=torch.float32, device="cuda")
             with torch.inference_mode():
-                side = torch.cuda.Stream()
-                side.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(side):
-                    for _ in range(2):
-                        model(static_in)
-                torch.cuda.current_stream().wait_stream(side)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
-                    static_out = model(static_in)
+                static_in, graph, static_out = captured(torch, model, array.shape)
 
             def tuned(a=array, h=host, s=static_in, g=graph, o=static_out):
                 np.copyto(h.numpy(), a)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 from typing import Any
 
 
@@ -27,3 +28,8 @@ def gpu_count() -> int:
         return int(library.nvmlDeviceGetCount())
     except Exception:  # noqa: BLE001
         return 0
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import os
 import time
 from collections import deque
 from dataclasses import dataclass
 
 from engine.config import ModelConfig
+from engine.devices import usable_cores
 from engine.errors import BackendError, InferaError, Unavailable
 from engine.instances import ModelInstance
 from engine.schedulers.batcher import Batch, DynamicBatcher, PendingRequest
@@ -323,11 +323,6 @@ class Dispatcher:
             batcher = lane.batcher
             for p in batcher.expire(time.monotonic_ns() + 10**18) + batcher._candidates():
                 self._fail(p, Unavailable(f"model '{self.name}' version {self.version} is unloading"))
-
-
-def usable_cores() -> int:
-    """The cores this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 # ---- shared with engine.sequence_dispatch

@@ -7,7 +7,6 @@ machine without a GPU; the transfers themselves run on a GPU only (bench/gpu.sh 
 from __future__ import annotations
 
 import itertools
-import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -16,6 +15,7 @@ import numpy as np
 
 from engine.backends.base import Device
 from engine.config import ModelConfig
+from engine.devices import usable_cores
 
 # a host copy of at least two of these is split over threads, each taking one or more; smaller ones run inline
 PARALLEL_COPY_BYTES = 2 << 20
@@ -64,10 +64,6 @@ def pinned_buffers(device: Device) -> PinnedBuffers | None:
         return torch.empty(size, dtype=torch.uint8, pin_memory=True).numpy()  # the array keeps the tensor alive
 
     return PinnedBuffers(allocate)
-
-
-def usable_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 class HostCopier:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from engine.backends.gpu_transfers import IoBindingRunner, pinned_buffers, uses_
 from engine.backends.tensor_layout import int_parameter, sequence_tensors, to_config_shape, to_model_shape
 from engine.config import DynamicBatching, InstanceGroup, ModelConfig, TensorConfig, cpu_instance_count
 from engine.datatypes import config_to_wire, numpy_dtype
+from engine.devices import usable_cores
 from engine.errors import BackendError, LoadError
 
 # ONNX element type names (lower case, as onnxruntime spells them inside "tensor(...)") -> config types
@@ -175,7 +175,7 @@ class OnnxRuntimeBackend(Backend):
 
 def default_intra_op_threads(config: ModelConfig) -> int:
     """The usable cores shared out among the model's CPU instances, at least one each."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cores = usable_cores()
     groups = config.instance_group or [InstanceGroup(count_given=False)]
     instances = sum(cpu_instance_count(g, config.backend_name) for g in groups if g.kind != "KIND_GPU") or 1
     return max(1, cores // instances)

@@ -8,6 +8,7 @@ import statistics
 from collections.abc import Callable
 from pathlib import Path
 
+from bench.generation import MARKERS as GENERATION_MARKERS
 from bench.targets import (
     CEILING_LABEL,
     INFERA_LABELS,
@@ -670,6 +671,18 @@ def print_summary(results: dict) -> None:
         print(f"  {v.status:4}  {v.target:52} {v.goal:34} {v.measured}")
 
 
+# where the sections other tools write begin (bench.generation's, and the hand-written ones after it): a whole run
+# renders the sections before it and keeps the rest of the report as it was
+KEPT_FROM = GENERATION_MARKERS[0]
+
+
+def kept_tail(markdown_path: Path) -> str:
+    """The existing report's text from KEPT_FROM on, after a blank line; empty when it has none."""
+    text = markdown_path.read_text() if markdown_path.exists() else ""
+    at = text.find(KEPT_FROM)
+    return "" if at < 0 else "\n" + text[at:].rstrip("\n") + "\n"
+
+
 def write_outputs(
     results: dict, markdown_path: Path | None, results_folder: Path, only: list[str] | None = None
 ) -> None:
@@ -687,7 +700,7 @@ def write_outputs(
     if only is None or not markdown_path.exists():
         published.write_text(json.dumps(results, indent=1, default=str))
         markdown_path.parent.mkdir(parents=True, exist_ok=True)
-        markdown_path.write_text(render_markdown(results))
+        markdown_path.write_text(render_markdown(results) + kept_tail(markdown_path))
         return
     if published.exists():
         merged = json.loads(published.read_text()) | {key: results[key] for key in only if key in results}

@@ -118,3 +118,19 @@ def test_the_cpu_check_run_measures_every_part_small(tmp_path) -> None:
     }
     assert [r["errors"] for r in results["http"]["rows"]] == [0, 0]
     assert (tmp_path / "gpu_results.md").read_text().startswith("Measured ")
+
+
+def test_a_whole_run_keeps_the_sections_other_tools_wrote(tmp_path, monkeypatch) -> None:
+    import bench.report as report
+
+    monkeypatch.setattr(report, "render_markdown", lambda results: "# Benchmarks\n\n## Closing note\n\nnew\n")
+    out = tmp_path / "benchmarks.md"
+    tail = (
+        f"{report.KEPT_FROM}\n\n## Generation (the demo generator, streamed)\n\ntokens\n\n## Several workers\n\nhand\n"
+    )
+    out.write_text(f"# Benchmarks\n\n## Closing note\n\nold\n\n{tail}")
+    report.write_outputs({"date": "2026-12-04"}, out, tmp_path / "results")
+    assert out.read_text() == f"# Benchmarks\n\n## Closing note\n\nnew\n\n{tail}"
+    out.write_text("# Benchmarks\n\n## Closing note\n\nold\n")  # nothing written by other tools: nothing kept
+    report.write_outputs({"date": "2026-12-04"}, out, tmp_path / "results")
+    assert out.read_text() == "# Benchmarks\n\n## Closing note\n\nnew\n"

@@ -84,6 +84,16 @@ class GatedModel:
         line, self._lines = self._lines.split(b"\n", 1)
         return int(line)
 
+    def forget_started(self) -> None:
+        """Drop the start lines of batches that already ran (each batch writes one, whether a test waited on it or
+        not): the next `wait_started` then sees a batch that starts from now on. Every earlier batch wrote its line
+        before it read the gate, so no old line can still be on its way."""
+        if self._started_fd is None:
+            self._started_fd = os.open(self.started, os.O_RDWR | os.O_NONBLOCK)
+        while select.select([self._started_fd], [], [], 0)[0]:
+            os.read(self._started_fd, 4096)
+        self._lines = b""
+
     def close(self) -> None:
         if self._started_fd is not None:
             os.close(self._started_fd)

@@ -787,58 +787,43 @@ def main(argv: list[str] | None = None) -> int:
         },
     }
     print(f"{results['system']}", flush=True)
-    print("torch alone", flush=True)
-    with sampler.phase("torch alone"):
-        guarded(
-            results,
-            "torch",
-            "torch",
-            lambda: measure_torch(torch, files["pt"], args.device, batches, args.image, args.seconds),
-        )
+
+    def part(key: str, phase: str, run: Callable[[], object]) -> None:
+        print(phase, flush=True)
+        with sampler.phase(phase):
+            guarded(results, key, phase, run)
+
+    part(
+        "torch",
+        "torch alone",
+        lambda: measure_torch(torch, files["pt"], args.device, batches, args.image, args.seconds),
+    )
     if args.device == "cuda":
-        print("transfers up", flush=True)
-        guarded(
-            results,
+        part(
             "transfers",
-            "transfers",
+            "transfers up",
             lambda: measure_transfers(torch, args.image, sorted({1, TARGET_BATCH, max(batches)})),
         )
     if ort_ok:
-        print("onnxruntime alone", flush=True)
-        with sampler.phase("onnxruntime alone"):
-            guarded(
-                results,
-                "onnxruntime",
-                "onnxruntime",
-                lambda: measure_ort(
-                    files["onnx"],
-                    args.device,
-                    [b for b in batches if b in (1, TARGET_BATCH)] or batches[-1:],
-                    args.image,
-                    args.seconds,
-                ),
-            )
+        ort_batches = [b for b in batches if b in (1, TARGET_BATCH)] or batches[-1:]
+        part(
+            "onnxruntime",
+            "onnxruntime alone",
+            lambda: measure_ort(files["onnx"], args.device, ort_batches, args.image, args.seconds),
+        )
     else:
         results["onnxruntime_error"] = ort_line
-    print("engine in process", flush=True)
     models = [m for m in VARIANTS if (repo / m).is_dir()]
-    with sampler.phase("engine"):
-        guarded(
-            results,
-            "engine",
-            "engine",
-            lambda: asyncio.run(_engine_runs(repo, models, batches, args.image, args.seconds, CALLERS)),
-        )
+    part(
+        "engine", "engine", lambda: asyncio.run(_engine_runs(repo, models, batches, args.image, args.seconds, CALLERS))
+    )
     if args.device == "cuda":
         torch.cuda.empty_cache()
-    print("HTTP", flush=True)
-    with sampler.phase("http"):
-        guarded(
-            results,
-            "http",
-            "HTTP",
-            lambda: measure_http(repo, args.image, concurrencies, args.http_seconds, args.out, args.queue_delay_us),
-        )
+    part(
+        "http",
+        "http",
+        lambda: measure_http(repo, args.image, concurrencies, args.http_seconds, args.out, args.queue_delay_us),
+    )
     shutil.rmtree(work, ignore_errors=True)
     results["nvml"] = sampler.summary()
     results["ratios"] = ratios(results)

@@ -10,6 +10,7 @@ load in a sandboxed child process (engine.sandbox) before they may serve.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from engine.backends import get_backend
 from engine.config import ModelConfig, VersionPolicy
 from engine.config_validate import validate_config
 from engine.datatypes import config_to_wire, numpy_dtype
+from engine.ensemble import cycle_error, ensemble_cycle, step_models
 from engine.errors import CodeRefused, Forbidden, InferaError, InvalidArgument, LoadError
 from engine.lifecycle import trial_load
 from engine.names import check_model_name
@@ -129,6 +131,19 @@ def check_limits(config: ModelConfig, limits: ConfigLimits) -> None:
                 f"{where}: its inputs take {size / 2**20:.0f} MB, over the limit of "
                 f"{limits.max_warmup_bytes / 2**20:.0f} MB (INFERA_MAX_WARMUP_MB)"
             )
+
+
+def check_ensemble_cycle(name: str, configs: Iterable[ModelConfig], calls: Callable[[str], Iterable[str]]) -> None:
+    """Raise InvalidArgument naming the cycle when the model `name`, with `configs` (the versions about to enter),
+    would call itself through ensemble steps; `calls(other)` names the models another model's versions call.
+
+    The check of the whole picture that one config alone cannot make: a load that recursed for ever, and a start-up
+    that never ended, came of an ensemble naming itself or two naming each other.
+    """
+    own = {model for config in configs for model in step_models(config)}
+    path = ensemble_cycle(name, lambda model: own if model == name else calls(model))
+    if path is not None:
+        raise cycle_error(path)
 
 
 def warmup_bytes(config: ModelConfig, sample) -> int:

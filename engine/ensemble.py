@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -164,6 +164,45 @@ class EnsemblePlan:
                 left.remove(step)
                 order.append(step)
         return order
+
+
+def step_models(config: ModelConfig) -> list[str]:
+    """The models an ensemble's steps name, once each, read without checking the steps (none for other models)."""
+    if config.backend_name != "ensemble":
+        return []
+    raw = (config.ensemble_scheduling or {}).get("step") or []
+    return list(dict.fromkeys(str(s["model_name"]) for s in raw if isinstance(s, dict) and s.get("model_name")))
+
+
+def ensemble_cycle(start: str, calls: Callable[[str], Iterable[str]]) -> list[str] | None:
+    """A chain of ensemble calls from `start` back to itself (`[start, ..., start]`), or None.
+
+    `calls(name)` names the models the ensemble `name` calls (nothing for a model that is no ensemble). Only cycles
+    through `start` count: one further down is the problem of its own members, refused when they load.
+    """
+    path, seen = [start], {start}
+    stack = [iter(calls(start))]
+    while stack:
+        for model in stack[-1]:
+            if model == start:
+                return [*path, start]
+            if model not in seen:
+                seen.add(model)
+                path.append(model)
+                stack.append(iter(calls(model)))
+                break
+        else:
+            stack.pop()
+            path.pop()
+    return None
+
+
+def cycle_error(path: list[str]) -> InvalidArgument:
+    """The refusal of an ensemble that would call itself, naming the chain."""
+    chain = " -> ".join(f"'{name}'" for name in path)
+    return InvalidArgument(
+        f"ensemble {chain} is a cycle: an ensemble may not call itself, directly or through other ensembles"
+    )
 
 
 def _collect(step: EnsembleStep, outputs: dict[str, np.ndarray], tensors: dict[str, np.ndarray]) -> None:

@@ -18,7 +18,7 @@ from engine.config import ModelConfig
 from engine.config_format import config_to_dict, parse_config_json
 from engine.custom_metrics import CustomMetrics
 from engine.devices import gpu_count
-from engine.ensemble import EnsemblePlan
+from engine.ensemble import EnsemblePlan, step_models
 from engine.errors import DecoupledOnly, Forbidden, InferaError, InvalidArgument, LoadError, ModelNotFound
 from engine.lifecycle import ModelManager, ModelState, ModelStatus, ServedVersion, VersionStatus
 from engine.log_settings import LogSettings
@@ -96,6 +96,9 @@ class InferenceServer:
                     await self.load_model(name)
                 except InferaError as exc:
                     log.error("%s", exc.message)
+                except Exception as exc:  # a broken stored model never takes the server down: it alone fails
+                    log.exception("model '%s' failed to load at start-up", name)
+                    self.manager.record_error(name, f"{type(exc).__name__}: {exc}")
         self._started = True
 
     def set_ready(self) -> None:
@@ -177,8 +180,33 @@ class InferenceServer:
 
         The name and any sent file paths are checked before anything touches the disk. `version_configs` gives
         versions their own configs (the registry keeps one per version). Raises Forbidden/CodeRefused when the
-        caller may not, InvalidArgument for a bad name or path, LoadError(model, version, reason) otherwise.
+        caller may not, InvalidArgument for a bad name or path, LoadError(model, version, reason) otherwise (an
+        ensemble that would call itself, directly or through others, among them).
         """
+        await self._load_model(
+            name,
+            config=config,
+            files=files,
+            versions=versions,
+            version_configs=version_configs,
+            active_version=active_version,
+            caller=caller,
+            chain=frozenset(),
+        )
+
+    async def _load_model(
+        self,
+        name: str,
+        *,
+        config: dict | str | None,
+        files: dict[str, bytes] | None,
+        versions: dict[int, Path] | None,
+        version_configs: dict[int, ModelConfig] | None,
+        active_version: int | None,
+        caller: Principal,
+        chain: frozenset[str],
+    ) -> None:
+        """`load_model`, for an ensemble's composing model too: `chain` holds the ensembles loading it."""
         check_model_name(name)
         if not caller.may_change_models:
             raise Forbidden(f"'{caller.name}' may not load models ('{name}')")
@@ -207,8 +235,6 @@ class InferenceServer:
                     resolved, _ = resolve_config(name, model_dir, version_paths[version], given, override)
                     admission.check_code(resolved, caller, self.settings)
             effective = complete_config(name, model_dir, latest, raw, override)
-            if effective.backend_name == "ensemble":
-                await self._load_composing_models(effective, caller)
             if not versions:
                 selected = select_versions(effective.version_policy, sorted(version_paths))
                 version_paths = {v: version_paths[v] for v in selected}
@@ -220,6 +246,9 @@ class InferenceServer:
             for checked in [effective, *configs.values()]:
                 admission.check_code(checked, caller, self.settings)
                 admission.check_limits(checked, self.settings.limits)
+            admission.check_ensemble_cycle(name, [effective, *configs.values()], self._ensemble_calls)
+            if effective.backend_name == "ensemble":
+                await self._load_composing_models(effective, caller, chain | {name})
             await self.manager.load(effective, version_paths, active_version, configs=configs)
             self._forget_sent_files(name)  # it serves from the repository now, not from files it was sent
         except Forbidden:
@@ -265,19 +294,48 @@ class InferenceServer:
         if previous is not None:
             shutil.rmtree(previous, ignore_errors=True)
 
-    async def _load_composing_models(self, config: ModelConfig, caller: Principal) -> None:
+    async def _load_composing_models(self, config: ModelConfig, caller: Principal, chain: frozenset[str]) -> None:
         """Load the models an ensemble's steps call that the repository has and the engine does not serve yet
-        (as Triton does); one that fails leaves the ensemble UNAVAILABLE with the reason."""
+        (as Triton does); one that fails leaves the ensemble UNAVAILABLE with the reason. A model already on the
+        `chain` of ensembles being loaded is not loaded again (a cycle stored before it was refused ends here)."""
         for model in EnsemblePlan(config).models():
+            if model in chain:
+                continue
             entry = self.manager.models.get(model)
             if entry is not None and entry.versions:
                 continue
             if self.repository is None or model not in self.repository.model_names():
                 continue
             try:
-                await self.load_model(model, caller=caller)
+                await self._load_model(
+                    model,
+                    config=None,
+                    files=None,
+                    versions=None,
+                    version_configs=None,
+                    active_version=None,
+                    caller=caller,
+                    chain=chain,
+                )
             except InferaError as exc:
                 log.warning("ensemble '%s': its model '%s' did not load: %s", config.name, model, exc.message)
+
+    def _ensemble_calls(self, name: str) -> set[str]:
+        """The models the ensemble `name` calls as this engine knows it: its loaded versions and its repository
+        config (nothing for a model that is no ensemble, or whose config does not read)."""
+        calls: set[str] = set()
+        entry = self.manager.models.get(name)
+        if entry is not None:
+            for served in entry.versions.values():
+                calls.update(step_models(served.config))
+        if self.repository is not None and name in self.repository.model_names():
+            try:
+                raw = self.repository.read_config(name)
+            except InferaError:
+                raw = None
+            if raw is not None:
+                calls.update(step_models(raw))
+        return calls
 
     def _forget_sent_files(self, name: str) -> bool:
         """Remove the folder of files a model was loaded from, when it had one."""

@@ -1,7 +1,9 @@
 """The asyncio side of the sequence batcher: file requests under their sequences, run each instance's batches, answer.
 
 engine.schedulers.sequence decides (against the clock this passes in); engine.schedulers.sequence_inputs adds the
-control tensors and implicit state; this drives the instances and keeps the stats.
+control tensors and implicit state; this drives the instances and keeps the stats. A caller that goes away (the
+front end cancels its task: a dropped HTTP connection, a cancelled gRPC call) takes its queued request out, and a
+sequence whose START had not run yet ends with it.
 """
 
 from __future__ import annotations
@@ -13,10 +15,10 @@ from pathlib import Path
 
 from engine.config import ModelConfig
 from engine.dispatch import answer, stop_task, wake_or_deadline
-from engine.errors import BackendError, InferaError, Unavailable
+from engine.errors import BackendError, InferaError, InvalidArgument, Unavailable
 from engine.instances import ModelInstance
 from engine.schedulers.batcher import PendingRequest
-from engine.schedulers.sequence import SequenceBatch, SequenceBatcher
+from engine.schedulers.sequence import DEFAULT_MAX_BACKLOG, SequenceBatch, SequenceBatcher
 from engine.schedulers.sequence_inputs import SequenceInputs
 from engine.stats import ModelStats
 from engine.types import InferenceRequest, InferenceResponse
@@ -33,12 +35,13 @@ class SequenceDispatcher:
         instances: list[ModelInstance],
         stats: ModelStats,
         version_path: Path | None = None,
+        max_backlog: int = DEFAULT_MAX_BACKLOG,
     ) -> None:
         self.name = name
         self.version = version
         self.stats = stats
         self.instances = instances
-        self.batcher = SequenceBatcher(config, len(instances))
+        self.batcher = SequenceBatcher(config, len(instances), max_backlog)
         self.inputs = SequenceInputs(config, version_path)
         self.busy = [False] * len(instances)
         self.no_sequences = asyncio.Event()
@@ -73,7 +76,25 @@ class SequenceDispatcher:
         if sequence.lane >= 0 and not self.busy[sequence.lane] and sequence.lane not in self._scheduled:
             self._scheduled.add(sequence.lane)  # requests arriving in this turn of the loop join the batch
             loop.call_soon(self._dispatch_soon, sequence.lane)
-        return await answer(pending, self.stats, self.name, self.version)
+        try:
+            return await answer(pending, self.stats, self.name, self.version)
+        except asyncio.CancelledError:
+            self._abandon(pending)
+            raise
+
+    def _abandon(self, pending: PendingRequest) -> None:
+        """The caller of a request went away: out of the queue, and its sequence too when its START never ran."""
+        request = pending.request
+        for orphan in self.batcher.abandon(pending):
+            if not orphan.future.done():
+                orphan.future.set_exception(
+                    InvalidArgument(
+                        f"inference request for sequence {request.sequence_id} to model '{self.name}' was dropped: "
+                        "the sequence's START request was cancelled before it ran (its client went away)"
+                    )
+                )
+        self._update_stats()
+        self._wake.set()  # a freed slot goes to the backlog's next sequence
 
     async def _run(self) -> None:
         while True:

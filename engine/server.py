@@ -64,7 +64,11 @@ class InferenceServer:
         self.settings = settings if settings is not None else EngineSettings()
         self.custom_metrics = CustomMetrics()  # families model code declares (pb_utils.MetricFamily)
         self.model_services = ModelServices(self.infer, self.model_config, self.custom_metrics, self.infer_stream)
-        self.manager = ModelManager(gpus=_gpus(gpu_count), services=self.model_services)
+        self.manager = ModelManager(
+            gpus=_gpus(gpu_count),
+            services=self.model_services,
+            sequence_max_backlog=self.settings.sequence_max_backlog,
+        )
         self.name = self.settings.server_name
         self.version = __version__
         self.log_settings = LogSettings()  # Triton's logging extension, shared by the HTTP and gRPC front ends

@@ -142,7 +142,10 @@ class EngineSettings:
 
     server_name: str = "infera"  # what GET /v2 and ServerMetadata answer as `name` (INFERA_SERVER_NAME)
     allow_code: bool = True  # INFERA_ALLOW_PYTHON_MODELS: may any load run code (model.py, .pt2) at all
-    open_repository_control: bool = False  # anonymous callers may load and unload through /v2
+    open_repository_control: bool = False  # anonymous callers may load and unload through /v2, models without code
+    # INFERA_OPEN_REPOSITORY_CONTROL_ALLOWS_CODE: ...and models that run code (python, .pt2) too, as Triton's own
+    # test suites expect; anyone who reaches /v2 then runs code in the server
+    open_repository_control_allows_code: bool = False
     disable_nvml: bool = False
     max_body_bytes: int = 64 * 1024 * 1024  # Triton's default for --http-max-input-size
     trace_dir: Path | None = None  # where trace files may be written (INFERA_TRACE_DIR); None: no trace files
@@ -152,6 +155,12 @@ class EngineSettings:
     http: HttpSettings = field(default_factory=HttpSettings)
     # after SIGTERM: how long in-flight requests may take to finish, and then models to unload (Kubernetes gives 30 s)
     shutdown_grace_seconds: int = 25
+    sequence_max_backlog: int = 256  # INFERA_SEQUENCE_MAX_BACKLOG: sequences a model version keeps waiting for a slot
+
+    @property
+    def anonymous_may_load_code(self) -> bool:
+        """Whether a caller without credentials may load models that run code: only with both opt-ins."""
+        return self.open_repository_control and self.open_repository_control_allows_code
 
 
 def read_engine_settings(environ: Mapping[str, str] | None = None) -> EngineSettings:
@@ -203,11 +212,19 @@ def read_engine_settings(environ: Mapping[str, str] | None = None) -> EngineSett
     name = (read_text("INFERA_SERVER_NAME", env) or "infera").strip()
     if not name or len(name) > 128 or any(ord(ch) < 32 for ch in name):
         raise SettingError(f"INFERA_SERVER_NAME must be 1 to 128 printable characters, got {name!r}")
+    open_control = read_bool("INFERA_OPEN_REPOSITORY_CONTROL", False, env)
+    open_code = read_bool("INFERA_OPEN_REPOSITORY_CONTROL_ALLOWS_CODE", False, env)
+    if open_code and not open_control:
+        raise SettingError(
+            "INFERA_OPEN_REPOSITORY_CONTROL_ALLOWS_CODE=true needs INFERA_OPEN_REPOSITORY_CONTROL=true: it widens "
+            "open repository control to models that run code"
+        )
     return EngineSettings(
         server_name=name,
         trace_dir=Path(trace_dir) if (trace_dir := read_text("INFERA_TRACE_DIR", env)) else None,
         allow_code=read_bool("INFERA_ALLOW_PYTHON_MODELS", True, env),
-        open_repository_control=read_bool("INFERA_OPEN_REPOSITORY_CONTROL", False, env),
+        open_repository_control=open_control,
+        open_repository_control_allows_code=open_code,
         disable_nvml=read_bool("INFERA_DISABLE_NVML", False, env),
         max_body_bytes=read_int("INFERA_MAX_BODY_BYTES", EngineSettings.max_body_bytes, env, minimum=1024),
         limits=limits,
@@ -216,5 +233,8 @@ def read_engine_settings(environ: Mapping[str, str] | None = None) -> EngineSett
         http=http,
         shutdown_grace_seconds=read_int(
             "INFERA_SHUTDOWN_GRACE_SECONDS", EngineSettings.shutdown_grace_seconds, env, maximum=3600
+        ),
+        sequence_max_backlog=read_int(
+            "INFERA_SEQUENCE_MAX_BACKLOG", EngineSettings.sequence_max_backlog, env, minimum=0, maximum=1_000_000
         ),
     )

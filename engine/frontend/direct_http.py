@@ -60,7 +60,7 @@ class DirectCycle:
     """A request the protocol answers itself: the attributes of uvicorn's cycle that the protocol's bookkeeping
     reads (pipelining, shutdown, a lost connection, read deadlines), and the body as it arrives."""
 
-    __slots__ = ("scope", "route", "chunks", "keep_alive", "disconnected", "response_complete", "answering")
+    __slots__ = ("scope", "route", "chunks", "keep_alive", "disconnected", "response_complete", "answering", "task")
     message_event = _NoEvent()
     response_started = False  # the answer is written whole, at once
 
@@ -72,6 +72,7 @@ class DirectCycle:
         self.disconnected = False
         self.response_complete = False
         self.answering = False  # the body is whole and its answer is being made
+        self.task: asyncio.Task | None = None  # the task making it
 
     def body(self) -> bytes:
         chunks = self.chunks
@@ -135,10 +136,18 @@ class DirectRequestsProtocol(HttpToolsProtocol):
         if type(cycle) is DirectCycle and not cycle.answering:
             cycle.answering = True
             task = self.loop.create_task(self._answer_direct(cycle, cycle.body()))
+            cycle.task = task
             self.tasks.add(task)  # uvicorn's shutdown waits for it, as for its own cycles' tasks
             task.add_done_callback(self.tasks.discard)
         else:
             super().on_message_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        cycle = self.cycle
+        super().connection_lost(exc)
+        if type(cycle) is DirectCycle and cycle.task is not None and not cycle.response_complete:
+            if cycle.route.endpoint == "infer":  # its caller went away: a request still queued leaves its queue
+                cycle.task.cancel()
 
     def _direct_cycle(self) -> bool:
         """Take the request whose headers just arrived as a DirectCycle when it qualifies."""
@@ -174,7 +183,7 @@ class DirectRequestsProtocol(HttpToolsProtocol):
     async def _answer_direct(self, cycle: DirectCycle, body: bytes) -> None:
         try:
             reply = await self.responder.respond_direct(cycle.scope, body, cycle.route)
-        except asyncio.CancelledError:  # uvicorn's shutdown cancelled it past its grace
+        except asyncio.CancelledError:  # its client went away, or uvicorn's shutdown cancelled it past its grace
             cycle.response_complete = True
             self.transport.close()
             raise

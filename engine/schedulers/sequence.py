@@ -6,6 +6,10 @@ slot's position, and a slot without one is a filler (READY false). **oldest**: e
 `max_candidate_sequences` sequences; among those with a request waiting, the oldest form a batch, one request per
 sequence, preferring `preferred_batch_size`, within `max_queue_delay_microseconds`. In both, a sequence's requests
 run in order (one at a time), a slot frees at END or when the sequence idles out, and the backlog moves up.
+
+Beyond Triton: the backlog holds at most `max_backlog` sequences (a START past it is refused, SequenceBacklogFull),
+and a queued request whose caller went away leaves its queue (`abandon`); a sequence whose START had not run yet
+ends with it, so clients that send a START and disconnect hold no slot and no place in the backlog.
 """
 
 from __future__ import annotations
@@ -17,8 +21,23 @@ from typing import Any
 import numpy as np
 
 from engine.config import ModelConfig
-from engine.errors import InvalidArgument
+from engine.errors import InvalidArgument, Unavailable
 from engine.schedulers.batcher import PendingRequest
+
+# sequences that may wait for a slot (or an instance) per model version; INFERA_SEQUENCE_MAX_BACKLOG
+DEFAULT_MAX_BACKLOG = 256
+
+
+class SequenceBacklogFull(Unavailable):
+    """A new sequence would wait behind `max_backlog` others for a slot: refused, retry later (HTTP 503)."""
+
+    def __init__(self, model: str, max_backlog: int) -> None:
+        self.model = model
+        self.max_backlog = max_backlog
+        super().__init__(
+            f"model '{model}' has {max_backlog} sequences waiting for a slot already, the most it keeps "
+            "(INFERA_SEQUENCE_MAX_BACKLOG): a new sequence's START is refused, retry later"
+        )
 
 
 @dataclass(slots=True, eq=False)
@@ -56,7 +75,7 @@ class SequenceBatch:
 class SequenceBatcher:
     """Every live sequence of one model version and the batches their requests form on `lanes` instances."""
 
-    def __init__(self, config: ModelConfig, lanes: int) -> None:
+    def __init__(self, config: ModelConfig, lanes: int, max_backlog: int = DEFAULT_MAX_BACKLOG) -> None:
         sequencing = config.sequence_batching
         if sequencing is None:
             raise ValueError(f"model '{config.name}' has no sequence_batching")
@@ -75,6 +94,8 @@ class SequenceBatcher:
         self.slots: list[list[Sequence | None]] = [[None] * self.max_batch_size for _ in range(lanes)]
         self.members: list[list[Sequence]] = [[] for _ in range(lanes)]
         self.queued = 0
+        self.max_backlog = max_backlog
+        self.abandoned = 0  # queued requests taken out because their callers went away
 
     # ---- requests in
 
@@ -98,6 +119,8 @@ class SequenceBatcher:
                 self._release(sequence)  # a START for a live id ends the old sequence and begins a new one
                 sequence = None
             if sequence is None:
+                if len(self.backlog) >= self.max_backlog and self._free_lane() is None:
+                    raise SequenceBacklogFull(self.model, self.max_backlog)
                 sequence = Sequence(sequence_id, now_ns, now_ns)
                 self.sequences[sequence_id] = sequence
                 self._place(sequence)
@@ -216,6 +239,29 @@ class SequenceBatcher:
                 self.members[sequence.lane].remove(sequence)
         while self.backlog and self._free_lane() is not None:
             self._place(self.backlog.popleft())
+
+    def abandon(self, pending: PendingRequest) -> list[PendingRequest]:
+        """A queued request whose caller went away leaves its sequence's queue (one already in a batch stays).
+
+        A sequence whose START has not run ends with its START (its slot or its place in the backlog frees), or
+        when nothing of it is left queued; its other queued requests are returned, for the caller to fail.
+        """
+        sequence = self.sequences.get(pending.request.sequence_id)
+        if sequence is None or not any(p is pending for p in sequence.queue):
+            return []
+        sequence.queue.remove(pending)
+        self.queued -= 1
+        self.abandoned += 1
+        sequence.ending = any(p.request.sequence_end for p in sequence.queue)
+        if not sequence.fresh or sequence.running:
+            return []
+        if not pending.request.sequence_start and sequence.queue:
+            return []
+        orphans = list(sequence.queue)
+        sequence.queue.clear()
+        self.queued -= len(orphans)
+        self._release(sequence)
+        return orphans
 
     def expire(self, now_ns: int) -> list[Sequence]:
         """Forget sequences idle for longer than max_sequence_idle_microseconds (their places free up)."""

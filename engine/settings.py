@@ -137,6 +137,36 @@ class HttpSettings:
 
 
 @dataclass(frozen=True)
+class OpenAILimits:
+    """What one /v1 (OpenAI-compatible) request may ask: its body's size and the tokens it may have generated."""
+
+    max_body_bytes: int = 4 * 1024 * 1024  # INFERA_OPENAI_MAX_BODY_BYTES (never above INFERA_MAX_BODY_BYTES)
+    max_tokens: int = 32768  # INFERA_OPENAI_MAX_TOKENS: the largest max_tokens, and the cap when none is given
+
+
+@dataclass(frozen=True)
+class TraceLimits:
+    """What tracing may hold in memory: tensor data kept per trace, traces waiting for the writer thread."""
+
+    tensor_bytes: int = 64 * 1024  # INFERA_TRACE_TENSOR_BYTES: a trace's tensors (TENSORS level), all together
+    queue_traces: int = 256  # INFERA_TRACE_QUEUE: finished traces waiting to be written; past it they are dropped
+
+
+def read_openai_limits(env: Mapping[str, str]) -> OpenAILimits:
+    return OpenAILimits(
+        max_body_bytes=read_int("INFERA_OPENAI_MAX_BODY_BYTES", OpenAILimits.max_body_bytes, env, minimum=1024),
+        max_tokens=read_int("INFERA_OPENAI_MAX_TOKENS", OpenAILimits.max_tokens, env, minimum=1, maximum=2**31 - 1),
+    )
+
+
+def read_trace_limits(env: Mapping[str, str]) -> TraceLimits:
+    return TraceLimits(
+        tensor_bytes=read_int("INFERA_TRACE_TENSOR_BYTES", TraceLimits.tensor_bytes, env),
+        queue_traces=read_int("INFERA_TRACE_QUEUE", TraceLimits.queue_traces, env, minimum=1),
+    )
+
+
+@dataclass(frozen=True)
 class EngineSettings:
     """Everything the engine reads from the environment, read once."""
 
@@ -149,6 +179,8 @@ class EngineSettings:
     disable_nvml: bool = False
     max_body_bytes: int = 64 * 1024 * 1024  # Triton's default for --http-max-input-size
     trace_dir: Path | None = None  # where trace files may be written (INFERA_TRACE_DIR); None: no trace files
+    trace: TraceLimits = field(default_factory=TraceLimits)
+    openai: OpenAILimits = field(default_factory=OpenAILimits)
     limits: ConfigLimits = field(default_factory=ConfigLimits)
     sandbox: SandboxSettings = field(default_factory=SandboxSettings)
     grpc: GrpcSettings = field(default_factory=GrpcSettings)
@@ -222,6 +254,8 @@ def read_engine_settings(environ: Mapping[str, str] | None = None) -> EngineSett
     return EngineSettings(
         server_name=name,
         trace_dir=Path(trace_dir) if (trace_dir := read_text("INFERA_TRACE_DIR", env)) else None,
+        trace=read_trace_limits(env),
+        openai=read_openai_limits(env),
         allow_code=read_bool("INFERA_ALLOW_PYTHON_MODELS", True, env),
         open_repository_control=open_control,
         open_repository_control_allows_code=open_code,

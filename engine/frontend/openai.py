@@ -22,10 +22,12 @@ import numpy as np
 import orjson
 
 from engine.errors import InferaError, ModelNotFound
+from engine.frontend import openai_fields as fields
 from engine.frontend.cross_site import check_same_origin
 from engine.frontend.generate import StreamReply
 from engine.frontend.handlers import Reply
 from engine.frontend.http import ASGIApp, Authenticate, Receive, Scope, Send, read_body, send_reply, send_stream
+from engine.frontend.openai_fields import OpenAIError
 from engine.protocol import parse_json_object
 from engine.streams import ResponseStream
 from engine.types import InferenceRequest
@@ -41,19 +43,6 @@ SAMPLING_INPUTS = {"max_tokens": np.int32, "temperature": np.float32, "top_p": n
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for completions
 EVENT_STREAM = b"text/event-stream; charset=utf-8"
 DONE = b"data: [DONE]\n\n"
-
-
-class OpenAIError(InferaError):
-    """An error in OpenAI's shape: {"error": {"message", "type", "param", "code"}}."""
-
-    def __init__(self, message: str, status: int = 400, kind: str = "invalid_request_error", param: str | None = None):
-        super().__init__(message)
-        self.status = status
-        self.kind = kind
-        self.param = param
-
-    def body(self) -> bytes:
-        return orjson.dumps({"error": {"message": self.message, "type": self.kind, "param": self.param, "code": None}})
 
 
 def is_text_generator(config: ModelConfig) -> bool:
@@ -72,14 +61,7 @@ def list_models(server: InferenceServer) -> bytes:
 
 def chat_prompt(messages: Any) -> str:
     """The messages as one prompt: a "role: content" line each, then "assistant:" for the answer to follow."""
-    if not isinstance(messages, list) or not messages:
-        raise OpenAIError("'messages' must be a non-empty list", param="messages")
-    lines = []
-    for index, message in enumerate(messages):
-        if not isinstance(message, dict) or not isinstance(message.get("content"), str):
-            raise OpenAIError(f"messages[{index}] must be an object with a string 'content'", param="messages")
-        lines.append(f"{message.get('role', 'user')}: {message['content']}")
-    return "\n".join(lines) + "\nassistant:"
+    return "\n".join(f"{role}: {content}" for role, content in fields.messages(messages)) + "\nassistant:"
 
 
 class Completion:
@@ -113,18 +95,20 @@ class Completion:
             if not isinstance(prompt, str):
                 raise OpenAIError("'prompt' must be a string (one prompt per request)", param="prompt")
             self.prompt = prompt
-        self.stream = bool(document.get("stream", False))
-        self.max_tokens = _number(document, "max_tokens", int, DEFAULT_MAX_TOKENS if not chat else None)
+        self.stream = _checked_fields(document, chat)
+        limit = server.settings.openai.max_tokens
+        given = fields.integer(document, "max_tokens", 1, limit)
+        if chat and given is None:
+            given = fields.integer(document, "max_completion_tokens", 1, limit)
+        self.max_tokens = given if given is not None or chat else DEFAULT_MAX_TOKENS
+        self.limit = self.max_tokens if self.max_tokens is not None else limit  # what the server lets run
         self.sampling = {
             "max_tokens": self.max_tokens,
-            "temperature": _number(document, "temperature", float, None),
-            "top_p": _number(document, "top_p", float, None),
-            "seed": _number(document, "seed", int, None),
+            "temperature": fields.real(document, "temperature", 0, 2),
+            "top_p": fields.real(document, "top_p", 0, 1, above_low=True),
+            "seed": fields.integer(document, "seed", *fields.INT64),
         }
-        stop = document.get("stop")
-        self.stop = [stop] if isinstance(stop, str) else list(stop or [])
-        if not all(isinstance(s, str) and s for s in self.stop):
-            raise OpenAIError("'stop' must be a string or a list of non-empty strings", param="stop")
+        self.stop = fields.stop_strings(document.get("stop"))
         self.tokens = 0  # responses received: the completion's tokens
         self.finish_reason = "stop"
         self.id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
@@ -156,29 +140,28 @@ class Completion:
         return "".join(item.decode("utf-8", errors="replace") for item in np.asarray(array).reshape(-1))
 
     async def pieces(self, stream: ResponseStream) -> AsyncIterator[str]:
-        """The generated text piece by piece, cut at the first stop string (which cancels the rest)."""
-        held = ""  # text that could still be the start of a stop string
+        """The generated text piece by piece, cut at the first stop string or after `limit` tokens (either cancels
+        the rest, whatever the model does)."""
+        matcher = StopMatcher(self.stop)
         async for response in stream:
             if response.error is not None:
                 raise OpenAIError(response.error.message, 500, "server_error")
             if response.empty:
                 continue
             self.tokens += 1
-            held += self.text_of(response.outputs)
-            cut = min((held.find(s) for s in self.stop if s in held), default=-1)
-            if cut >= 0:
+            text, stopped = matcher.feed(self.text_of(response.outputs))
+            if text:
+                yield text
+            if stopped:
                 self.finish_reason = "stop"
                 stream.cancel()
-                if held[:cut]:
-                    yield held[:cut]
                 return
-            keep = max((_overlap(held, s) for s in self.stop), default=0)
-            if len(held) > keep:
-                yield held[: len(held) - keep]
-                held = held[len(held) - keep :]
-        if held:
-            yield held
-        if self.max_tokens is not None and self.tokens >= self.max_tokens:
+            if self.tokens >= self.limit:
+                stream.cancel()
+                break
+        if rest := matcher.rest():
+            yield rest
+        if self.tokens >= self.limit:
             self.finish_reason = "length"
 
     def usage(self) -> dict[str, int]:
@@ -250,23 +233,57 @@ def _tensor(values: list[Any], dtype: Any, batched: bool) -> np.ndarray:
     return array.reshape(1, -1) if batched else array
 
 
-def _number(document: dict[str, Any], key: str, kind: type, default: Any) -> Any:
-    value = document.get(key, default)
-    if value is None:
-        return default
-    whole = kind is not int or (isinstance(value, (int, float)) and float(value).is_integer())
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not whole:
-        raise OpenAIError(f"'{key}' must be a {'whole ' if kind is int else ''}number", param=key)
-    if kind is int and value < 0 or key == "temperature" and not 0 <= value <= 2:
-        raise OpenAIError(f"'{key}' is out of range: {value}", param=key)
-    return kind(value)
+def _checked_fields(document: dict[str, Any], chat: bool) -> bool:
+    """Check the fields this server takes but does not use (so a bad one is a 400, as OpenAI answers); `stream`."""
+    fields.only_one(document, "n")
+    fields.real(document, "presence_penalty", -2, 2)
+    fields.real(document, "frequency_penalty", -2, 2)
+    fields.logit_bias(document.get("logit_bias"))
+    if chat:
+        fields.boolean(document, "logprobs")
+        fields.integer(document, "top_logprobs", 0, 20)
+    else:
+        fields.only_one(document, "best_of")
+        fields.integer(document, "logprobs", 0, 5)
+        fields.boolean(document, "echo")
+    return fields.boolean(document, "stream")
+
+
+class StopMatcher:
+    """Cuts generated text at the first stop string, holding back only the tail that could still begin one.
+
+    Each piece costs a search of the held tail (shorter than the longest stop) and the piece, per stop string: the
+    text already sent is never searched again.
+    """
+
+    def __init__(self, stops: list[str]) -> None:
+        self.stops = stops
+        self.held = ""  # text that could still be the start of a stop string
+
+    def feed(self, piece: str) -> tuple[str, bool]:
+        """The text now safe to send, and whether a stop string ended the completion (the text before it is sent)."""
+        text = self.held + piece
+        found = [at for stop in self.stops if (at := text.find(stop)) >= 0]
+        if found:
+            self.held = ""
+            return text[: min(found)], True
+        keep = max((_overlap(text, stop) for stop in self.stops), default=0)
+        self.held = text[len(text) - keep :]
+        return text[: len(text) - keep], False
+
+    def rest(self) -> str:
+        """What was held back when the text ended without a stop string."""
+        held, self.held = self.held, ""
+        return held
 
 
 def _overlap(text: str, stop: str) -> int:
     """How many characters at the end of `text` could begin `stop` (kept back until the next piece decides)."""
-    for size in range(min(len(stop) - 1, len(text)), 0, -1):
-        if stop.startswith(text[-size:]):
-            return size
+    start = text.find(stop[0], max(0, len(text) - len(stop) + 1))
+    while start >= 0:
+        if stop.startswith(text[start:]):
+            return len(text) - start
+        start = text.find(stop[0], start + 1)
     return 0
 
 
@@ -286,7 +303,9 @@ class OpenAIApp:
         self.fallback = fallback
         self.authenticate = authenticate
         self.trusted_origins = trusted_origins
-        self.max_body_bytes = max_body_bytes if max_body_bytes is not None else server.settings.max_body_bytes
+        if max_body_bytes is None:  # /v1 bodies are parsed on the loop: their own, smaller bound
+            max_body_bytes = min(server.settings.openai.max_body_bytes, server.settings.max_body_bytes)
+        self.max_body_bytes = max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")

@@ -107,7 +107,8 @@ class GrpcSettings:
     """The gRPC front end: its port (0 turns it off), message size, keepalive (Triton's defaults) and compression."""
 
     port: int = 8001
-    max_message_bytes: int = 2**31 - 1  # as Triton: large enough for 1 GiB requests
+    # the largest message, after decompression (grpc core stops inflating there); by default /v2's body limit
+    max_message_bytes: int = 64 * 1024 * 1024
     keepalive_time_ms: int = 7_200_000
     keepalive_timeout_ms: int = 20_000
     keepalive_permit_without_calls: bool = False
@@ -116,6 +117,10 @@ class GrpcSettings:
     max_ping_strikes: int = 2
     response_compression: str = "none"  # none, gzip or deflate
     stream_concurrency: int = 1024  # requests of one ModelStreamInfer stream running at once
+    # answers of one ModelStreamInfer stream waiting for its client to read them; past it the stream stops reading
+    stream_queue_responses: int = 64
+    max_health_watchers: int = 1024  # grpc.health.v1 Watch calls open at once, in all
+    max_health_watchers_per_peer: int = 16  # ... and from one client address
     shutdown_grace_seconds: float = 10.0
 
 
@@ -178,6 +183,7 @@ class EngineSettings:
     open_repository_control_allows_code: bool = False
     disable_nvml: bool = False
     max_body_bytes: int = 64 * 1024 * 1024  # Triton's default for --http-max-input-size
+    max_concurrent_per_caller: int = 256  # requests one token (or user, or anonymous address) has in flight; 0: any
     trace_dir: Path | None = None  # where trace files may be written (INFERA_TRACE_DIR); None: no trace files
     trace: TraceLimits = field(default_factory=TraceLimits)
     openai: OpenAILimits = field(default_factory=OpenAILimits)
@@ -210,12 +216,12 @@ def read_engine_settings(environ: Mapping[str, str] | None = None) -> EngineSett
         cpu_seconds=read_int("INFERA_SANDBOX_CPU_SECONDS", SandboxSettings.cpu_seconds, env, minimum=1),
         timeout_seconds=read_int("INFERA_SANDBOX_TIMEOUT_SECONDS", SandboxSettings.timeout_seconds, env, minimum=1),
     )
+    max_body_bytes = read_int("INFERA_MAX_BODY_BYTES", EngineSettings.max_body_bytes, env, minimum=1024)
+    grpc_message_mb = read_int("INFERA_GRPC_MAX_MESSAGE_MB", 0, env, maximum=2047)
     grpc = GrpcSettings(
         port=read_int("INFERA_GRPC_PORT", GrpcSettings.port, env, maximum=65535),
-        max_message_bytes=read_int(
-            "INFERA_GRPC_MAX_MESSAGE_MB", GrpcSettings.max_message_bytes >> 20, env, minimum=1, maximum=2047
-        )
-        << 20,
+        # unset (or 0): as large as a /v2 body may be
+        max_message_bytes=grpc_message_mb << 20 if grpc_message_mb else max_body_bytes,
         keepalive_time_ms=read_int("INFERA_GRPC_KEEPALIVE_TIME_MS", GrpcSettings.keepalive_time_ms, env, minimum=1),
         keepalive_timeout_ms=read_int(
             "INFERA_GRPC_KEEPALIVE_TIMEOUT_MS", GrpcSettings.keepalive_timeout_ms, env, minimum=1
@@ -229,6 +235,13 @@ def read_engine_settings(environ: Mapping[str, str] | None = None) -> EngineSett
         ),
         max_ping_strikes=read_int("INFERA_GRPC_HTTP2_MAX_PING_STRIKES", GrpcSettings.max_ping_strikes, env),
         response_compression=read_choice("INFERA_GRPC_RESPONSE_COMPRESSION", "none", ("none", "gzip", "deflate"), env),
+        stream_queue_responses=read_int(
+            "INFERA_GRPC_STREAM_QUEUE_RESPONSES", GrpcSettings.stream_queue_responses, env, minimum=1
+        ),
+        max_health_watchers=read_int("INFERA_GRPC_MAX_HEALTH_WATCHERS", GrpcSettings.max_health_watchers, env),
+        max_health_watchers_per_peer=read_int(
+            "INFERA_GRPC_MAX_HEALTH_WATCHERS_PER_PEER", GrpcSettings.max_health_watchers_per_peer, env
+        ),
     )
     http = HttpSettings(
         header_timeout_seconds=read_int(
@@ -260,7 +273,10 @@ def read_engine_settings(environ: Mapping[str, str] | None = None) -> EngineSett
         open_repository_control=open_control,
         open_repository_control_allows_code=open_code,
         disable_nvml=read_bool("INFERA_DISABLE_NVML", False, env),
-        max_body_bytes=read_int("INFERA_MAX_BODY_BYTES", EngineSettings.max_body_bytes, env, minimum=1024),
+        max_body_bytes=max_body_bytes,
+        max_concurrent_per_caller=read_int(
+            "INFERA_MAX_CONCURRENT_PER_CALLER", EngineSettings.max_concurrent_per_caller, env
+        ),
         limits=limits,
         sandbox=sandbox,
         grpc=grpc,

@@ -4,6 +4,13 @@ A peer of the HTTP front end: the same InferenceServer, the same decoder (protoc
 ModelInferRequest into the HTTP document), the same authenticator (a token in the `authorization` metadata), the
 same repository control and the same errors, mapped to gRPC status codes as Triton maps its error kinds. Also served:
 grpc.health.v1 (the server, and each model by its name) and server reflection.
+
+Nothing big before authentication: `CallGate`, a server interceptor, authenticates each call on its metadata before
+its message is read (a refused call's message is never received, inflated or parsed) and binds the principal it
+found to the call's handler. Messages are limited to `max_message_bytes` after decompression (grpc core stops
+inflating there), parsed in the handler (a corrupt one answers INVALID_ARGUMENT), and each caller's calls in flight
+are counted (engine/frontend/caller_limits.py). A stream re-checks its credential with every message, and stops
+reading while its client does not read its answers.
 """
 
 from __future__ import annotations
@@ -12,19 +19,22 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import grpc
 from google.protobuf import descriptor_pb2, json_format
+from google.protobuf.message import DecodeError
 from grpc_health.v1 import health_pb2
 
 from engine.admission import ANONYMOUS, Principal, may_not_change
 from engine.config_format import config_to_dict
 from engine.errors import InferaError, InvalidArgument
 from engine.frontend import extensions
+from engine.frontend.caller_limits import CallerLimits, caller_key
 from engine.frontend.handlers import RepositoryControl
+from engine.frontend.http import Unauthorized
 from engine.frontend.routes import parse_version
 from engine.names import check_model_name, normalise_files, sent_files
 from engine.proto import grpc_messages as messages
@@ -66,6 +76,8 @@ STATUS_CODES = {
     503: grpc.StatusCode.UNAVAILABLE,
 }
 OPEN_METHODS = frozenset({"ServerLive", "ServerReady", "ModelReady"})
+HEALTH_METHODS = ("Check", "Watch")
+HEALTH_POLL_SECONDS = 1.0  # how often the one health poller reads the watched states (not once per watcher)
 COMPRESSION = {
     "none": grpc.Compression.NoCompression,
     "gzip": grpc.Compression.Gzip,
@@ -79,9 +91,62 @@ def status_code(error: InferaError) -> grpc.StatusCode:
 
 @dataclass
 class Call:
-    """What a handler knows of one call: who made it."""
+    """What a handler knows of one call: who made it, from where, and how to check its credential again."""
 
     principal: Principal
+    peer: str = ""  # the client's address without its port
+    recheck: Callable[[], Awaitable[Principal]] | None = None  # None: nothing to revoke (no token)
+
+
+# a method's full path -> how to bind its handler to the principal found on the call's metadata
+Binder = Callable[[Sequence[tuple[str, Any]]], Awaitable[grpc.RpcMethodHandler]]
+
+
+class CallGate(grpc.aio.ServerInterceptor):
+    """Authenticates every call of the front end's own services on its metadata, before its message is read.
+
+    A refused call gets a handler that aborts without receiving anything (a request-streaming one, which reads
+    nothing until asked); an accepted call gets its handler with the principal bound to it. Other services
+    (reflection) pass through.
+    """
+
+    def __init__(self, binders: dict[str, Binder]) -> None:
+        self.binders = binders
+
+    async def intercept_service(
+        self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]], details: Any
+    ) -> grpc.RpcMethodHandler:
+        bind = self.binders.get(details.method)
+        if bind is None:
+            return await continuation(details)
+        return await bind(details.invocation_metadata or ())
+
+
+def _refusal(code: grpc.StatusCode, text: str) -> grpc.RpcMethodHandler:
+    """A handler that ends the call with `code` without reading its message."""
+
+    async def refuse(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> None:
+        await context.abort(code, text)
+
+    return grpc.stream_unary_rpc_method_handler(refuse)
+
+
+def _parsed(request_class: type, raw: bytes) -> Any:
+    """The message `raw` holds; InvalidArgument (INVALID_ARGUMENT) for bytes that are not one."""
+    try:
+        return request_class.FromString(raw)
+    except DecodeError as exc:
+        raise InvalidArgument(f"the request is not a valid {request_class.DESCRIPTOR.name} message: {exc}") from None
+
+
+async def _parsed_stream(request_class: type, raws: AsyncIterator[bytes]) -> AsyncIterator[Any]:
+    async for raw in raws:
+        yield _parsed(request_class, raw)
+
+
+def _peer_host(peer: str | None) -> str:
+    """`ipv4:127.0.0.1:5000` -> `ipv4:127.0.0.1`: a client is counted by its address, not by its port."""
+    return (peer or "").rpartition(":")[0] or (peer or "")
 
 
 class GrpcFrontEnd:
@@ -101,10 +166,12 @@ class GrpcFrontEnd:
         self.host = host
         self.authenticate = authenticate
         self.repository_control = repository_control
-        opened = server.settings.open_repository_control
-        self.anonymous = Principal(ANONYMOUS.name, may_change_models=opened, may_load_code=opened)
+        opened, code = server.settings.open_repository_control, server.settings.anonymous_may_load_code
+        self.anonymous = Principal(ANONYMOUS.name, may_change_models=opened, may_load_code=code)
         self.port: int | None = None
         self._grpc: grpc.aio.Server | None = None
+        self.caller_limits = CallerLimits(server.settings.max_concurrent_per_caller)
+        self._health = HealthWatchers(self)
 
     # ---- life
 
@@ -121,8 +188,11 @@ class GrpcFrontEnd:
             ("grpc.http2.min_recv_ping_interval_without_data_ms", self.settings.min_recv_ping_interval_ms),
             ("grpc.http2.max_ping_strikes", self.settings.max_ping_strikes),
         ]
-        server = grpc.aio.server(options=options, compression=COMPRESSION[self.settings.response_compression])
-        server.add_generic_rpc_handlers((self._inference_handlers(), self._health_handlers()))
+        server = grpc.aio.server(
+            options=options,
+            compression=COMPRESSION[self.settings.response_compression],
+            interceptors=[CallGate({**self._inference_binders(), **self._health_binders()})],
+        )
         _enable_reflection(server)
         address = f"[{self.host}]:{self.settings.port}" if ":" in self.host else f"{self.host}:{self.settings.port}"
         self.port = server.add_insecure_port(address)
@@ -134,60 +204,100 @@ class GrpcFrontEnd:
     async def stop(self, grace: float | None = None) -> None:
         """Stop taking calls and let in-flight ones finish for `grace` seconds (the setting's, by default)."""
         server, self._grpc = self._grpc, None
+        self._health.stop()
         if server is not None:
             await server.stop(self.settings.shutdown_grace_seconds if grace is None else grace)
 
     # ---- wiring
 
-    def _inference_handlers(self) -> grpc.GenericRpcHandler:
-        handlers = {}
+    def _inference_binders(self) -> dict[str, Binder]:
+        binders = {}
         for name, (request_class, response_class, client_streams, server_streams) in messages.method_types().items():
             implementation = getattr(self, f"rpc_{name}")
             if client_streams and server_streams:
-                handlers[name] = grpc.stream_stream_rpc_method_handler(
-                    self._streaming(name, implementation),
-                    request_deserializer=request_class.FromString,
-                    response_serializer=response_class.SerializeToString,
-                )
+                bind = self._streaming(name, implementation, request_class, response_class)
             else:
-                handlers[name] = grpc.unary_unary_rpc_method_handler(
-                    self._unary(name, implementation, response_class),
-                    request_deserializer=request_class.FromString,
-                    response_serializer=response_class.SerializeToString,
-                )
-        return grpc.method_handlers_generic_handler(messages.SERVICE, handlers)
+                bind = self._unary(name, implementation, request_class, response_class)
+            binders[f"/{messages.SERVICE}/{name}"] = self._binder(name, bind)
+        return binders
 
-    def _unary(self, name: str, implementation: Callable, response_class: type) -> Callable:
-        async def handle(request: Any, context: grpc.aio.ServicerContext) -> Any:
+    def _binder(self, name: str, bind: Callable[[Call], grpc.RpcMethodHandler]) -> Binder:
+        async def binder(metadata: Sequence[tuple[str, Any]]) -> grpc.RpcMethodHandler:
             try:
-                call = Call(await self._principal(name, context))
-                return await implementation(request, call, response_class)
+                principal = await self._principal(name, metadata)
             except InferaError as exc:
-                await context.abort(status_code(exc), exc.message)
-            except Exception as exc:  # a bug must still answer, and must not take the server down
-                log.exception("unexpected error in gRPC %s", name)
-                await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+                return _refusal(status_code(exc), exc.message)
+            recheck = None
+            if principal is not None and principal.token_id is not None and self.authenticate is not None:
+                recheck = functools.partial(self._authenticated, metadata)
+            return bind(Call(principal, recheck=recheck))  # type: ignore[arg-type] - None only for health
 
-        return handle
+        return binder
 
-    def _streaming(self, name: str, implementation: Callable) -> Callable:
-        async def handle(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            try:
-                call = Call(await self._principal(name, context))
-            except InferaError as exc:
-                await context.abort(status_code(exc), exc.message)
-                return
-            async for response in implementation(requests, call):
-                yield response
+    def _unary(self, name: str, implementation: Callable, request_class: type, response_class: type) -> Callable:
+        counted = name not in OPEN_METHODS
 
-        return handle
+        def bind(call: Call) -> grpc.RpcMethodHandler:
+            async def handle(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
+                caller = None
+                try:
+                    request = _parsed(request_class, raw)
+                    if counted:
+                        caller = self._enter(call, context)
+                    return await implementation(request, call, response_class)
+                except InferaError as exc:
+                    await context.abort(status_code(exc), exc.message)
+                except Exception as exc:  # a bug must still answer, and must not take the server down
+                    log.exception("unexpected error in gRPC %s", name)
+                    await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+                finally:
+                    if caller is not None:
+                        self.caller_limits.leave(caller)
 
-    async def _principal(self, method: str, context: grpc.aio.ServicerContext) -> Principal:
+            return grpc.unary_unary_rpc_method_handler(handle, response_serializer=response_class.SerializeToString)
+
+        return bind
+
+    def _streaming(self, name: str, implementation: Callable, request_class: type, response_class: type) -> Callable:
+        def bind(call: Call) -> grpc.RpcMethodHandler:
+            async def handle(raws: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+                call.peer = _peer_host(context.peer())
+                ended: list[InferaError] = []
+                async for response in implementation(_parsed_stream(request_class, raws), call, context, ended):
+                    yield response
+                if ended:  # the stream itself was refused (a revoked credential, a corrupt message)
+                    await context.abort(status_code(ended[0]), ended[0].message)
+
+            return grpc.stream_stream_rpc_method_handler(handle, response_serializer=response_class.SerializeToString)
+
+        return bind
+
+    def _enter(self, call: Call, context: grpc.aio.ServicerContext) -> Hashable:
+        """Count one more call of this caller in flight (TooManyInFlight past the limit); its key, to leave."""
+        principal = call.principal
+        if principal.token_id is None and principal.user_id is None and not call.peer:
+            call.peer = _peer_host(context.peer())
+        key = caller_key(principal, call.peer)
+        self.caller_limits.enter(key)
+        return key
+
+    async def _principal(self, method: str, metadata: Sequence[tuple[str, Any]]) -> Principal | None:
+        """Who makes a call, from its metadata; None for a health call without a token where tokens are needed."""
         if self.authenticate is None or method in OPEN_METHODS:
+            return self.anonymous
+        if method in HEALTH_METHODS and not any(key.lower() == "authorization" for key, _ in metadata):
+            try:
+                return await self._authenticated(metadata)  # anonymous where connections are open
+            except Unauthorized:
+                return None  # the server's own health stays open (Kubernetes probes); a model's needs a token
+        return await self._authenticated(metadata)
+
+    async def _authenticated(self, metadata: Sequence[tuple[str, Any]]) -> Principal:
+        if self.authenticate is None:
             return self.anonymous
         headers = [
             (key.lower().encode("latin-1"), value.encode("latin-1"))
-            for key, value in (context.invocation_metadata() or ())
+            for key, value in metadata
             if isinstance(value, str) and key.lower() == "authorization"
         ]
         return await self.authenticate({"type": "grpc", "headers": headers, "server": (self.host, self.port)})
@@ -227,15 +337,16 @@ class GrpcFrontEnd:
         return await self._infer(request, call.principal)
 
     async def _infer(self, message: Any, principal: Principal) -> Any:
-        served, request, started = await self._decoded(message)
+        served, request, started = await self._decoded(message, principal)
         trace = request.trace = self.server.tracer.start(message.model_name, served.version)
         if trace is not None:
             trace.mark("REQUEST_START", started)
             trace.record_tensors("TENSOR_QUEUE_INPUT", request.inputs)
         result = await self.server.infer(request)
         batched = served.config.max_batch_size > 0
+        regions = self.server.shared_memory.of(principal)
         answer = encode_grpc_response(
-            result, request, messages.ModelInferResponse, batched=batched, shared_memory=self.server.shared_memory
+            result, request, messages.ModelInferResponse, batched=batched, shared_memory=regions
         )
         if trace is not None:
             trace.mark("REQUEST_END")
@@ -243,8 +354,9 @@ class GrpcFrontEnd:
             await asyncio.to_thread(self.server.tracer.finish, trace)
         return answer
 
-    async def _decoded(self, message: Any) -> tuple[ServedVersion, InferenceRequest, int]:
-        """The request a message carries, checked against the served version's config (large ones off the loop)."""
+    async def _decoded(self, message: Any, principal: Principal) -> tuple[ServedVersion, InferenceRequest, int]:
+        """The request a message carries, checked against the served version's config (large ones off the loop);
+        shared memory it names is looked up among the caller's own regions."""
         started = time.monotonic_ns()
         version = parse_version(message.model_version)
         served = self.server.get_model(message.model_name, version)
@@ -254,7 +366,7 @@ class GrpcFrontEnd:
             served.config,
             model_name=message.model_name,
             model_version=version,
-            shared_memory=self.server.shared_memory,
+            shared_memory=self.server.shared_memory.of(principal),
         )
         try:
             if sum(len(raw) for raw in message.raw_input_contents) > DECODE_ON_LOOP_BYTES:
@@ -267,10 +379,12 @@ class GrpcFrontEnd:
         request.protocol = "grpc"
         return served, request, started
 
-    async def _stream(self, message: Any, put: Callable[[Any], Awaitable[None]], open_streams: set) -> None:
+    async def _stream(
+        self, message: Any, principal: Principal, put: Callable[[Any], Awaitable[None]], open_streams: set
+    ) -> None:
         """A decoupled model's request on a stream: each of its responses as it comes, marked final or not (the
         flags-only final only when the request asked for it with triton_enable_empty_final_response)."""
-        served, request, _ = await self._decoded(message)
+        served, request, _ = await self._decoded(message, principal)
         empty_final = bool(request.parameters.get("triton_enable_empty_final_response", False))
         stream = await self.server.infer_stream(request)
         open_streams.add(stream)
@@ -289,28 +403,33 @@ class GrpcFrontEnd:
                     request,
                     messages.ModelInferResponse,
                     batched=served.config.max_batch_size > 0,
-                    shared_memory=self.server.shared_memory,
+                    shared_memory=self.server.shared_memory.of(principal),
                 )
                 set_parameter(answer.parameters["triton_final_response"], response.final)
                 await put(messages.ModelStreamInferResponse(infer_response=answer))
         finally:
             open_streams.discard(stream)
 
-    async def rpc_ModelStreamInfer(self, requests: AsyncIterator[Any], call: Call) -> AsyncIterator[Any]:  # noqa: N802
+    async def rpc_ModelStreamInfer(  # noqa: N802
+        self, requests: AsyncIterator[Any], call: Call, context: Any, ended: list[InferaError]
+    ) -> AsyncIterator[Any]:
         """Requests and responses interleave: each request runs as soon as it arrives, each answer carries its id.
 
         A failed request answers in the stream's `error_message` and the stream goes on. Up to
-        `stream_concurrency` requests of one stream run at once; reading waits for a free slot.
+        `stream_concurrency` requests of one stream run at once, and up to `stream_queue_responses` answers wait
+        for the client to read them: past either, reading (and a decoupled model's stream) waits. A token's
+        credential is checked again with every message; once it is revoked the stream ends (`ended`).
         """
-        queue: asyncio.Queue[Any] = asyncio.Queue()
+        queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=self.settings.stream_queue_responses)
         slots = asyncio.Semaphore(self.settings.stream_concurrency)
         done = object()
         open_streams: set[ResponseStream] = set()  # a decoupled model's requests under way on this stream
+        running: set[asyncio.Task[None]] = set()
 
-        async def answer(message: Any) -> None:
+        async def answer(message: Any, caller: Hashable) -> None:
             try:
                 if self.server.get_model(message.model_name, parse_version(message.model_version)).config.decoupled:
-                    await self._stream(message, queue.put, open_streams)
+                    await self._stream(message, call.principal, queue.put, open_streams)
                 else:
                     result = await self._infer(message, call.principal)
                     await queue.put(messages.ModelStreamInferResponse(infer_response=result))
@@ -320,18 +439,30 @@ class GrpcFrontEnd:
                 log.exception("unexpected error in a gRPC stream request")
                 await queue.put(_stream_error(message, f"internal error: {type(exc).__name__}: {exc}"))
             finally:
+                self.caller_limits.leave(caller)
                 slots.release()
 
         async def read() -> None:
-            running: set[asyncio.Task[None]] = set()
             try:
                 async for message in requests:
+                    if call.recheck is not None:
+                        await call.recheck()  # Unauthorized once the token is revoked or its user deactivated
                     await slots.acquire()
-                    task = asyncio.ensure_future(answer(message))
+                    try:
+                        caller = self._enter(call, context)
+                    except InferaError as exc:
+                        slots.release()
+                        await queue.put(_stream_error(message, exc.message))
+                        continue
+                    task = asyncio.ensure_future(answer(message, caller))
                     running.add(task)
                     task.add_done_callback(running.discard)
                 if running:
                     await asyncio.gather(*running, return_exceptions=True)
+            except InferaError as exc:
+                ended.append(exc)
+                for task in list(running):
+                    task.cancel()
             finally:
                 await queue.put(done)
 
@@ -341,6 +472,8 @@ class GrpcFrontEnd:
                 yield item
         finally:
             reader.cancel()
+            for task in list(running):
+                task.cancel()
             for stream in list(open_streams):  # the client went away: its models stop generating
                 stream.cancel()
 
@@ -387,26 +520,28 @@ class GrpcFrontEnd:
     # ---- shared memory, trace, logging (engine/frontend/extensions.py answers HTTP the same way)
 
     async def rpc_SystemSharedMemoryStatus(self, request: Any, call: Call, response: type) -> Any:  # noqa: N802
-        return _regions(response, extensions.shared_memory_status(self.server, "system", request.name or None))
+        regions = extensions.shared_memory_status(self.server, "system", request.name or None, call.principal)
+        return _regions(response, regions)
 
     async def rpc_SystemSharedMemoryRegister(self, request: Any, call: Call, response: type) -> Any:  # noqa: N802
         details = {"key": request.key, "offset": request.offset, "byte_size": request.byte_size}
-        extensions.register_shared_memory(self.server, "system", request.name, details)
+        extensions.register_shared_memory(self.server, "system", request.name, details, call.principal)
         return response()
 
     async def rpc_SystemSharedMemoryUnregister(self, request: Any, call: Call, response: type) -> Any:  # noqa: N802
-        extensions.unregister_shared_memory(self.server, "system", request.name or None)
+        extensions.unregister_shared_memory(self.server, "system", request.name or None, call.principal)
         return response()
 
     async def rpc_CudaSharedMemoryStatus(self, request: Any, call: Call, response: type) -> Any:  # noqa: N802
-        return _regions(response, extensions.shared_memory_status(self.server, "cuda", request.name or None))
+        regions = extensions.shared_memory_status(self.server, "cuda", request.name or None, call.principal)
+        return _regions(response, regions)
 
     async def rpc_CudaSharedMemoryRegister(self, request: Any, call: Call, response: type) -> Any:  # noqa: N802
-        extensions.register_shared_memory(self.server, "cuda", request.name, {})
+        extensions.register_shared_memory(self.server, "cuda", request.name, {}, call.principal)
         return response()
 
     async def rpc_CudaSharedMemoryUnregister(self, request: Any, call: Call, response: type) -> Any:  # noqa: N802
-        extensions.unregister_shared_memory(self.server, "cuda", request.name or None)
+        extensions.unregister_shared_memory(self.server, "cuda", request.name or None, call.principal)
         return response()
 
     async def rpc_TraceSetting(self, request: Any, call: Call, response: type) -> Any:  # noqa: N802
@@ -441,48 +576,146 @@ class GrpcFrontEnd:
 
     # ---- grpc.health.v1
 
-    def _health_handlers(self) -> grpc.GenericRpcHandler:
-        return grpc.method_handlers_generic_handler(
-            HEALTH_SERVICE,
-            {
-                "Check": grpc.unary_unary_rpc_method_handler(
-                    self._health_check,
-                    request_deserializer=health_pb2.HealthCheckRequest.FromString,
-                    response_serializer=health_pb2.HealthCheckResponse.SerializeToString,
-                ),
-                "Watch": grpc.unary_stream_rpc_method_handler(
-                    self._health_watch,
-                    request_deserializer=health_pb2.HealthCheckRequest.FromString,
-                    response_serializer=health_pb2.HealthCheckResponse.SerializeToString,
-                ),
-            },
-        )
+    def _health_binders(self) -> dict[str, Binder]:
+        check_class, answer_class = health_pb2.HealthCheckRequest, health_pb2.HealthCheckResponse
 
-    def _health_status(self, service: str) -> int | None:
-        """SERVING or NOT_SERVING for the server ("") or a model by name; None for a name nobody knows."""
+        def bind_check(call: Call) -> grpc.RpcMethodHandler:
+            async def check(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
+                try:
+                    request = _parsed(check_class, raw)
+                    self._check_health_access(request.service, call.principal)
+                    status = self._health_status(request.service)
+                except InferaError as exc:
+                    await context.abort(status_code(exc), exc.message)
+                if status is None:
+                    await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service or model '{request.service}'")
+                return answer_class(status=status)
+
+            return grpc.unary_unary_rpc_method_handler(check, response_serializer=answer_class.SerializeToString)
+
+        def bind_watch(call: Call) -> grpc.RpcMethodHandler:
+            async def watch(raw: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+                try:
+                    request = _parsed(check_class, raw)
+                    self._check_health_access(request.service, call.principal)
+                except InferaError as exc:
+                    await context.abort(status_code(exc), exc.message)
+                async for status in self._health.watch(request.service, _peer_host(context.peer()), context):
+                    yield answer_class(status=status)
+
+            return grpc.unary_stream_rpc_method_handler(watch, response_serializer=answer_class.SerializeToString)
+
+        return {
+            f"/{HEALTH_SERVICE}/Check": self._binder("Check", bind_check),
+            f"/{HEALTH_SERVICE}/Watch": self._binder("Watch", bind_watch),
+        }
+
+    def _check_health_access(self, service: str, principal: Principal | None) -> None:
+        """The server's own health is open to all; a model's needs a token where the server needs one, so that
+        nobody without one learns which model names exist."""
+        if principal is None and service not in ("", messages.SERVICE):
+            raise Unauthorized("the health of a model needs an API token: send 'authorization: Bearer <key>'")
+
+    def _health_status(self, service: str, known: set[str] | None = None) -> int | None:
+        """SERVING or NOT_SERVING for the server ("") or a model by name; None for a name nobody knows.
+
+        `known`: the repository's model names, when the caller has read them already (one scan for many)."""
         serving, not_serving = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
         if service in ("", messages.SERVICE):
             return serving if self.server.is_ready() else not_serving
-        if self.server.status(service).versions or service in {row["name"] for row in self.server.repository_index()}:
+        if self.server.status(service).versions or service in (known if known is not None else self._model_names()):
             return serving if self.server.model_ready(service) else not_serving
         return None
 
-    async def _health_check(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        status = self._health_status(request.service)
-        if status is None:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service or model '{request.service}'")
-        return health_pb2.HealthCheckResponse(status=status)
+    def _model_names(self) -> set[str]:
+        return {row["name"] for row in self.server.repository_index()}
 
-    async def _health_watch(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        last = None
-        while True:  # a watch lasts until the client goes; states are read once a second
-            status = self._health_status(request.service)
-            if status is None:
-                status = health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
-            if status != last:
-                last = status
-                yield health_pb2.HealthCheckResponse(status=status)
-            await asyncio.sleep(1.0)
+
+class HealthWatchers:
+    """grpc.health.v1 Watch calls: capped in all and per client address, woken by one poller's change event.
+
+    One task reads the watched services' states every HEALTH_POLL_SECONDS while anyone watches (one repository
+    scan for all of them) and wakes the watchers only when a state changed; a watcher costs nothing in between.
+    """
+
+    def __init__(self, front_end: GrpcFrontEnd) -> None:
+        self.front_end = front_end
+        self.watched: dict[str, int] = {}  # service -> watchers
+        self.per_peer: dict[str, int] = {}
+        self.states: dict[str, int] = {}
+        self.changed = asyncio.Event()
+        self.poller: asyncio.Task[None] | None = None
+
+    @property
+    def count(self) -> int:
+        return sum(self.watched.values())
+
+    async def watch(self, service: str, peer: str, context: grpc.aio.ServicerContext) -> AsyncIterator[int]:
+        """The service's status now, then each change, until the client goes (or the server stops)."""
+        settings = self.front_end.settings
+        if self.count >= settings.max_health_watchers:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"too many health watchers: at most {settings.max_health_watchers} at once "
+                "(INFERA_GRPC_MAX_HEALTH_WATCHERS)",
+            )
+        if self.per_peer.get(peer, 0) >= settings.max_health_watchers_per_peer:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"too many health watchers from this address: at most {settings.max_health_watchers_per_peer} "
+                "at once (INFERA_GRPC_MAX_HEALTH_WATCHERS_PER_PEER)",
+            )
+        self.watched[service] = self.watched.get(service, 0) + 1
+        self.per_peer[peer] = self.per_peer.get(peer, 0) + 1
+        if self.poller is None:
+            self.poller = asyncio.ensure_future(self._poll())
+        try:
+            last = None
+            while True:
+                status = self.states.get(service)
+                if status is None:
+                    status = self._status(service, None)
+                    self.states[service] = status
+                if status != last:
+                    last = status
+                    yield status
+                changed = self.changed
+                await changed.wait()
+        finally:
+            _count_out(self.watched, service)
+            _count_out(self.per_peer, peer)
+            if not self.watched:
+                self.stop()
+
+    def stop(self) -> None:
+        poller, self.poller = self.poller, None
+        if poller is not None:
+            poller.cancel()
+        self.states.clear()
+
+    def _status(self, service: str, known: set[str] | None) -> int:
+        status = self.front_end._health_status(service, known)
+        return health_pb2.HealthCheckResponse.SERVICE_UNKNOWN if status is None else status
+
+    async def _poll(self) -> None:
+        while True:
+            await asyncio.sleep(HEALTH_POLL_SECONDS)
+            known = (
+                self.front_end._model_names() if any(s not in ("", messages.SERVICE) for s in self.watched) else None
+            )
+            states = {service: self._status(service, known) for service in self.watched}
+            if states != self.states:
+                self.states = states
+                changed, self.changed = self.changed, asyncio.Event()
+                changed.set()
+
+
+def _count_out(counts: dict[str, int], key: str) -> None:
+    left = counts.get(key, 0) - 1
+    if left > 0:
+        counts[key] = left
+    else:
+        counts.pop(key, None)
 
 
 def _stream_error(message: Any, text: str) -> Any:

@@ -72,7 +72,8 @@ class InferenceServer:
         self.name = self.settings.server_name
         self.version = __version__
         self.log_settings = LogSettings()  # Triton's logging extension, shared by the HTTP and gRPC front ends
-        self.shared_memory = SharedMemoryRegistry()  # system shared memory regions clients registered
+        # system shared memory regions clients registered, each the registering caller's own
+        self.shared_memory = SharedMemoryRegistry(self.settings.shared_memory)
         self.tracer = Tracer(self.settings.trace_dir)  # Triton's trace extension
         self._started = False
         self._held = False  # started but kept not ready until set_ready()

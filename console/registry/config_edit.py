@@ -18,7 +18,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from console.registry import services
+from console.registry import ensemble_graph, services
 from console.registry.models import AuditEvent, ModelVersion, RegisteredModel
 from console.registry.store import get_store
 from engine import admission
@@ -30,7 +30,7 @@ from engine.config_format import (
     parse_config_pbtxt,
     replacing_override,
 )
-from engine.errors import CodeRefused, InferaError
+from engine.errors import CodeRefused, InferaError, InvalidArgument
 
 FORMATS = ("pbtxt", "json")
 NEW_VERSION_NOTES = "config edited in the console"
@@ -113,13 +113,16 @@ def _as_pbtxt(text: str, form: str) -> str:
 
 def _checked(actor: Any, version: ModelVersion, text: str, form: str) -> ModelConfig:
     name = version.model.name
-    return admission.check_config(
+    effective = admission.check_config(
         name,
         get_store().absolute(version.artifact),
         parse_edit(text, form),
         services.caller_of(actor),
         settings.INFERA.engine,
     )
+    if (cycle := ensemble_graph.cycle_problem(name, [effective])) is not None:
+        raise InvalidArgument(cycle)
+    return effective
 
 
 def changes(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:

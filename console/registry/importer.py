@@ -17,7 +17,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from console.registry import services
+from console.registry import ensemble_graph, services
 from console.registry.models import ModelVersion, RegisteredModel, VersionState, actor_user, model_name_validator
 from console.registry.store import ModelStore, folder_digest, get_store
 from engine.admission import RepositoryModel, effective_config, read_repository
@@ -47,8 +47,9 @@ def import_repository(path: Path | str, actor: Any = None, log: Callable[[str], 
         except ValidationError as exc:
             report.skipped.append(f"{found.name}: {exc.messages[0]}")
             continue
-        if found.problem:
-            report.failed.append(f"{found.name}: {found.problem}")
+        problem = found.problem or ensemble_graph.cycle_problem(found.name, [found.config])
+        if problem:
+            report.failed.append(f"{found.name}: {problem}")
             continue
         _import_model(root, found, store, in_place, actor, report)
     for line in report.registered:

@@ -133,6 +133,10 @@ class Reconciler:
                 logger.warning("%s", exc.message)
                 failed.update({n: exc.message for n in remaining if n not in ready})
                 return failed
+            except Exception as exc:  # a model that breaks its load fails alone; the pass goes on with the others
+                logger.exception("model '%s' failed to load", plan.name)
+                failed.update({n: f"{type(exc).__name__}: {exc}" for n in remaining if n not in ready})
+                return failed
             self._applied[plan.name] = ModelPlan(plan.name, remaining, plan.active, plan.configs).signature
             return failed
         return failed

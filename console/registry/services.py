@@ -25,7 +25,7 @@ from django.db.models import Q
 
 from console.accounts.principals import principal_for
 from console.outages import is_storage_full
-from console.registry import pipeline, uploads
+from console.registry import ensemble_graph, pipeline, uploads
 from console.registry.models import (
     AuditEvent,
     ModelVersion,
@@ -145,18 +145,33 @@ def update_model(actor: Any, model: RegisteredModel, description: str) -> Regist
 
 def ensembles_using(name: str, number: int | None = None) -> list[str]:
     """The registered ensembles whose active config has a step calling model `name` (pinned to version `number`,
-    when given), by name."""
-    candidates = RegisteredModel.objects.select_related("active_version").filter(
-        Q(active_version__config__platform=pipeline.ENSEMBLE) | Q(active_version__config__backend=pipeline.ENSEMBLE)
-    )
-    return [
-        ensemble.name
-        for ensemble in candidates.exclude(name=name)
-        if any(
-            step.model_name == name and number in (None, step.model_version)
-            for step in pipeline.steps_of(ensemble.active_version.config)
+    when given), by name; not those that `name` itself calls (a cycle stored before cycles were refused: each of
+    its members may be deleted, the others then wait for a model that is gone, UNAVAILABLE)."""
+    candidates = list(
+        RegisteredModel.objects.select_related("active_version").filter(
+            Q(active_version__config__platform=pipeline.ENSEMBLE) | Q(active_version__config__backend=pipeline.ENSEMBLE)
         )
+    )
+    steps = {ensemble.name: pipeline.steps_of(ensemble.active_version.config) for ensemble in candidates}
+    calls = {model: [step.model_name for step in found] for model, found in steps.items()}
+    in_cycle = ensemble_graph.reached_from(name, calls)
+    return [
+        model
+        for model, found in steps.items()
+        if model != name
+        and model not in in_cycle
+        and any(step.model_name == name and number in (None, step.model_version) for step in found)
     ]
+
+
+def check_no_cycle(
+    name: str, configs: list[ModelConfig | None], arriving: dict[str, ModelConfig | None] | None = None
+) -> None:
+    """Refuse (400, naming the cycle) versions of `name` that would make an ensemble call itself, directly or through
+    other registered ensembles (or those `arriving` with them), before anything of them is recorded."""
+    problem = ensemble_graph.cycle_problem(name, configs, arriving)
+    if problem is not None:
+        raise RegistryError(problem)
 
 
 def in_use(subject: str, ensembles: list[str]) -> Conflict:
@@ -256,8 +271,14 @@ def _upload_versions(
     try:
         caller = caller_of(actor)
         parts = {**staged.companions, model.name: staged}
+        configs = {
+            name: part.config if part.config is not None else base_config if part is staged else _config_named(name)
+            for name, part in parts.items()
+        }
         for name, part in parts.items():
             _check_caller(name, part, base_config if part is staged else _config_named(name), caller)
+        for name, config in configs.items():
+            check_no_cycle(name, [config], arriving=configs)
         companions = _add_companions(actor, staged.companions, notes=notes, activate=activate)
         version = _admit_staged(actor, model, staged, base_config, notes=notes, activate=activate)
         return Uploaded(version, companions)
@@ -371,6 +392,7 @@ def _admit_staged(
     engine_settings = settings.INFERA.engine
     raw = staged.config if staged.config is not None else base_config
     _check_caller(model.name, staged, base_config, caller)
+    check_no_cycle(model.name, [raw])
     store = get_store()
     with transaction.atomic():
         number = (

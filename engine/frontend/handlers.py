@@ -27,7 +27,7 @@ from engine.protocol import (
     parse_json_object,
 )
 from engine.server import EXTENSIONS, InferenceServer, config_override
-from engine.shared_memory import SharedMemoryRegistry
+from engine.shared_memory import CallerRegions
 from engine.streams import ResponseStream
 from engine.types import InferenceRequest
 
@@ -128,7 +128,7 @@ def stats(server: InferenceServer, incoming: Incoming) -> Reply:
 
 
 def _decode(
-    incoming: Incoming, config: ModelConfig, version: int | None, shared_memory: SharedMemoryRegistry
+    incoming: Incoming, config: ModelConfig, version: int | None, shared_memory: CallerRegions
 ) -> InferenceRequest:
     body = incoming.body
     if incoming.content_encoding is not None:
@@ -154,11 +154,12 @@ async def infer(server: InferenceServer, incoming: Incoming) -> Reply:
     route = incoming.route
     version = parse_version(route.version) if route.version is not None else None
     served = server.get_model(route.model, version)
+    regions = server.shared_memory.of(incoming.principal)  # the caller's own regions, and no one else's
     try:
         if len(incoming.body) > DECODE_ON_LOOP_BYTES or incoming.content_encoding:
-            request = await asyncio.to_thread(_decode, incoming, served.config, version, server.shared_memory)
+            request = await asyncio.to_thread(_decode, incoming, served.config, version, regions)
         else:
-            request = _decode(incoming, served.config, version, server.shared_memory)
+            request = _decode(incoming, served.config, version, regions)
     except InferaError:
         served.stats.record_failure(0)  # a request refused before queueing is still a failed request (as Triton)
         raise
@@ -168,7 +169,7 @@ async def infer(server: InferenceServer, incoming: Incoming) -> Reply:
         trace.record_tensors("TENSOR_QUEUE_INPUT", request.inputs)
     response = await server.infer(request)
     payload, header_length = encode_infer_response(
-        response, request, batched=served.config.max_batch_size > 0, shared_memory=server.shared_memory
+        response, request, batched=served.config.max_batch_size > 0, shared_memory=regions
     )
     if trace is not None:
         trace.mark("REQUEST_END")
@@ -275,14 +276,15 @@ async def repository_unload(server: InferenceServer, incoming: Incoming) -> Repl
 
 def _shared_memory_status(kind: str) -> Any:
     def handler(server: InferenceServer, incoming: Incoming) -> Reply:
-        return _json(extensions.shared_memory_status(server, kind, incoming.route.model))
+        return _json(extensions.shared_memory_status(server, kind, incoming.route.model, incoming.principal))
 
     return handler
 
 
 def _shared_memory_register(kind: str) -> Any:
     def handler(server: InferenceServer, incoming: Incoming) -> Reply:
-        extensions.register_shared_memory(server, kind, incoming.route.model or "", _optional_json(incoming))
+        details = _optional_json(incoming)
+        extensions.register_shared_memory(server, kind, incoming.route.model or "", details, incoming.principal)
         return EMPTY_OK
 
     return handler
@@ -290,7 +292,7 @@ def _shared_memory_register(kind: str) -> Any:
 
 def _shared_memory_unregister(kind: str) -> Any:
     def handler(server: InferenceServer, incoming: Incoming) -> Reply:
-        extensions.unregister_shared_memory(server, kind, incoming.route.model)
+        extensions.unregister_shared_memory(server, kind, incoming.route.model, incoming.principal)
         return EMPTY_OK
 
     return handler

@@ -1,0 +1,70 @@
+"""A bad state stored by an earlier release never takes the server down (issue 32, high 1): two ensembles naming each
+other, stored before cycles were refused. The engine starts and the reconciler passes, everything else serves, the
+pair is FAILED with the cycle named, and the API deletes it, one member after the other."""
+
+from __future__ import annotations
+
+import pytest
+from asgiref.sync import sync_to_async
+
+from console.registry import ensemble_graph, services
+from console.registry.models import RegisteredModel
+from console.registry.uploads import parse_config_text
+from engine.server import InferenceServer
+from tests.console.registry import conftest as registry_cast
+from tests.console.registry.conftest import ensemble_pbtxt
+from tests.console.registry.engine_helpers import infer, reconcile_once, register, states, stop_reconciler
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+# the registry tests' store per test, clients and model files
+store, as_operator = registry_cast.store, registry_cast.as_operator
+models_dir, simple_onnx = registry_cast.models_dir, registry_cast.simple_onnx
+
+
+@pytest.fixture
+async def stored_cycle(operator, simple_onnx, monkeypatch):
+    """`simple`, and `ping` and `pong` calling each other, stored as the release before this check stored them."""
+    await register(operator, "simple", [simple_onnx])
+    with monkeypatch.context() as unchecked:
+        unchecked.setattr(ensemble_graph, "cycle_problem", lambda *args, **kwargs: None)
+        for name, calls in (("ping", "pong"), ("pong", "ping")):
+            await sync_to_async(add_ensemble)(operator, name, calls)
+
+
+def add_ensemble(actor, name: str, calls: str) -> None:
+    model = services.register_model(actor, name)
+    services.add_version(actor, model, None, config=parse_config_text(ensemble_pbtxt(name, model=calls)))
+
+
+async def test_a_restart_serves_the_rest_and_fails_the_cycle_with_its_reason(stored_cycle, store):
+    server = InferenceServer(store)
+    await server.start(load_models=True, ready=False)  # as the runtime starts it: every model of the store
+    try:
+        await reconcile_once(server)
+        server.set_ready()
+        assert server.is_ready()
+        assert (await infer(server)).model_name == "simple"
+        assert await states("simple") == {1: ("READY", "")}
+        (state, error), *_ = (await states("ping")).values()
+        assert state == "FAILED" and "ensemble 'ping' -> 'pong' -> 'ping' is a cycle" in error
+        (state, error), *_ = (await states("pong")).values()
+        assert state == "FAILED" and "ensemble 'pong' -> 'ping' -> 'pong' is a cycle" in error
+        await reconcile_once(server)  # and the next pass is as calm
+    finally:
+        await stop_reconciler(server)
+        await server.stop()
+
+
+async def test_the_api_deletes_each_member_of_a_stored_cycle_unless_an_ensemble_outside_calls_it(
+    stored_cycle, operator, as_operator
+):
+    await sync_to_async(add_ensemble)(operator, "outer", "ping")  # outer -> ping -> pong -> ping: outer is no member
+    delete = sync_to_async(as_operator.delete)
+    refused = await delete("/api/models/ping/")
+    assert refused.status_code == 409
+    assert refused.json()["ensembles"] == ["outer"]
+    assert (await delete("/api/models/pong/")).status_code == 204  # its only caller, ping, is in the cycle with it
+    assert (await delete("/api/models/outer/")).status_code == 204
+    assert (await delete("/api/models/ping/")).status_code == 204
+    assert not await RegisteredModel.objects.filter(name__in=["ping", "pong", "outer"]).aexists()

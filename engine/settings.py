@@ -142,6 +142,35 @@ class HttpSettings:
 
 
 @dataclass(frozen=True)
+class SharedMemoryLimits:
+    """How much system shared memory callers may register: regions per caller and in all, bytes per region and caller.
+
+    Nothing is mapped (inputs are copied with pread, outputs written with pwrite), so these bound descriptors, the
+    registry and the largest copy one request may ask for, not the address space.
+    """
+
+    max_regions: int = 1024  # INFERA_SHM_MAX_REGIONS: registered regions, all callers together
+    max_regions_per_caller: int = 64  # INFERA_SHM_MAX_REGIONS_PER_CALLER: one token, user, or the anonymous callers
+    max_region_bytes: int = 4 << 30  # INFERA_SHM_MAX_REGION_MB: one region's byte_size
+    max_bytes_per_caller: int = 16 << 30  # INFERA_SHM_MAX_MB_PER_CALLER: the byte_size of a caller's regions summed
+
+
+def read_shared_memory_limits(env: Mapping[str, str]) -> SharedMemoryLimits:
+    return SharedMemoryLimits(
+        max_regions=read_int("INFERA_SHM_MAX_REGIONS", SharedMemoryLimits.max_regions, env, minimum=1),
+        max_regions_per_caller=read_int(
+            "INFERA_SHM_MAX_REGIONS_PER_CALLER", SharedMemoryLimits.max_regions_per_caller, env, minimum=1
+        ),
+        max_region_bytes=read_int("INFERA_SHM_MAX_REGION_MB", SharedMemoryLimits.max_region_bytes >> 20, env, minimum=1)
+        << 20,
+        max_bytes_per_caller=read_int(
+            "INFERA_SHM_MAX_MB_PER_CALLER", SharedMemoryLimits.max_bytes_per_caller >> 20, env, minimum=1
+        )
+        << 20,
+    )
+
+
+@dataclass(frozen=True)
 class OpenAILimits:
     """What one /v1 (OpenAI-compatible) request may ask: its body's size and the tokens it may have generated."""
 
@@ -191,6 +220,7 @@ class EngineSettings:
     sandbox: SandboxSettings = field(default_factory=SandboxSettings)
     grpc: GrpcSettings = field(default_factory=GrpcSettings)
     http: HttpSettings = field(default_factory=HttpSettings)
+    shared_memory: SharedMemoryLimits = field(default_factory=SharedMemoryLimits)
     # after SIGTERM: how long in-flight requests may take to finish, and then models to unload (Kubernetes gives 30 s)
     shutdown_grace_seconds: int = 25
     sequence_max_backlog: int = 256  # INFERA_SEQUENCE_MAX_BACKLOG: sequences a model version keeps waiting for a slot
@@ -281,6 +311,7 @@ def read_engine_settings(environ: Mapping[str, str] | None = None) -> EngineSett
         sandbox=sandbox,
         grpc=grpc,
         http=http,
+        shared_memory=read_shared_memory_limits(env),
         shutdown_grace_seconds=read_int(
             "INFERA_SHUTDOWN_GRACE_SECONDS", EngineSettings.shutdown_grace_seconds, env, maximum=3600
         ),

@@ -1,73 +1,177 @@
 """System shared memory regions (Triton's extension): inputs read from, and outputs written to, POSIX shm.
 
 A client creates a region with shm_open (tritonclient.utils.shared_memory does) and registers it by name with its
-key, offset and size; requests then name the region, an offset and a byte size instead of sending the tensor. The
-region is mapped once at registration; an input becomes a numpy view on the mapping (no copy); an output is written
-into it. Regions belong to this server process and are unmapped at unregister and at shutdown. Linux only (it reads
-/dev/shm), as is the rest of Infera.
+key, offset and size; requests then name the region, an offset and a byte size instead of sending the tensor.
+
+Regions belong to the caller that registered them (`owner_of`: its token, else its user, else the anonymous
+callers as one): its status, unregister and inference requests see only its own, and another caller's region of
+any name is "not registered", as if it did not exist. Only an object the server may open for that caller is
+registered (`_check_object`): a regular file directly in /dev/shm, opened without following links, owned by the
+server's own user (a client over TCP cannot be proven to be any user; PostgreSQL's segment or a 0600 object of
+`nobody` are refused), writable by its owner, not a POSIX semaphore (`sem.*`), and not registered by another caller.
+
+Nothing is mapped: the registry keeps a descriptor per region and copies with pread (inputs, into a fresh buffer)
+and pwrite (outputs), so an object that shrinks under its region answers 400 naming the region instead of killing
+the process with SIGBUS, and no mapping of a huge sparse object costs address space. A region's descriptor is closed
+once it is unregistered and no copy still uses it. Linux only (it reads /dev/shm), as is the rest of Infera.
 """
 
 from __future__ import annotations
 
-import mmap
 import os
 import stat
 import threading
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.errors import InvalidArgument, NotFound
+import numpy as np
+
+from engine.admission import ANONYMOUS, Principal
+from engine.errors import InferaError, InvalidArgument, NotFound, PayloadTooLarge
+from engine.settings import SharedMemoryLimits
 
 # The POSIX shm mount itself, not a temp folder: keys are one name, opened without following links.
 SHM_ROOT = Path("/dev/shm")  # nosec B108
+# Linux moves at most this many bytes in one read or write call
+_CHUNK = 0x7FFFF000
 
 
 class RegionExists(InvalidArgument):
     """A region of that name is registered already (Triton: ALREADY_EXISTS, HTTP 400)."""
 
 
-@dataclass
+class TooManyRegions(InferaError):
+    """A caller, or the server, holds as many regions as its limit allows (HTTP 429, gRPC RESOURCE_EXHAUSTED)."""
+
+    status = 429
+
+
+class RegionTooLarge(PayloadTooLarge):
+    """A region's byte_size, or a caller's regions together, past their limit (HTTP 413, RESOURCE_EXHAUSTED)."""
+
+
+def owner_of(caller: Principal) -> str:
+    """Whose regions a caller sees: its token's, else its user's, else those of every caller of its name."""
+    if caller.token_id is not None:
+        return f"token:{caller.token_id}"
+    if caller.user_id is not None:
+        return f"user:{caller.user_id}"
+    return f"name:{caller.name}"
+
+
+@dataclass(eq=False)
 class Region:
-    """One registered region: where it lives in the client's shared memory object, and its mapping."""
+    """One registered region: where it lives in the client's shared memory object, and the descriptor kept on it."""
 
     name: str
     key: str
     offset: int
     byte_size: int
-    mapping: mmap.mmap
+    descriptor: int
+    identity: tuple[int, int]  # (st_dev, st_ino): the object itself, whatever its key names later
+    _users: int = 0
+    _retired: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def to_dict(self) -> dict[str, object]:
         return {"name": self.name, "key": self.key, "offset": self.offset, "byte_size": self.byte_size}
 
-    def view(self, offset: int, byte_size: int, tensor: str) -> memoryview:
-        """`byte_size` bytes at `offset` of the region, refused when they would pass its end."""
+    def read(self, offset: int, byte_size: int, tensor: str) -> memoryview:
+        """A copy of `byte_size` bytes at `offset` of the region; 400 when they pass its end or the object's."""
+        self.check_range(offset, byte_size, tensor)
+        buffer = np.empty(byte_size, dtype=np.uint8)  # not zeroed: every byte is read into
+        view = memoryview(buffer)
+        start = self.offset + offset
+        with self._descriptor() as descriptor:
+            done = 0
+            while done < byte_size:
+                got = os.preadv(descriptor, [view[done : done + _CHUNK]], start + done)
+                if got == 0:
+                    raise self._shrank(tensor)
+                done += got
+        return view
+
+    def write(self, offset: int, data: bytes | memoryview, tensor: str) -> None:
+        """Write `data` at `offset` of the region; 400 when it passes the region's end or the object's."""
+        self.check_range(offset, len(data), tensor)
+        start = self.offset + offset
+        view = memoryview(data).cast("B")
+        with self._descriptor() as descriptor:
+            # past the object's end pwrite would grow it back: refuse, as a read would
+            if os.fstat(descriptor).st_size < start + len(view):
+                raise self._shrank(tensor)
+            done = 0
+            while done < len(view):
+                done += os.pwrite(descriptor, view[done : done + _CHUNK], start + done)
+
+    def retire(self) -> None:
+        """Unregistered: close the descriptor now, or when the last copy using it ends."""
+        with self._lock:
+            self._retired = True
+            if self._users == 0:
+                self._close()
+
+    def check_range(self, offset: int, byte_size: int, tensor: str) -> None:
+        """Refuse bytes past the region's end (400, naming the tensor and the region)."""
         if offset < 0 or byte_size < 0 or offset + byte_size > self.byte_size:
             raise InvalidArgument(
                 f"tensor '{tensor}' uses bytes {offset} to {offset + byte_size} of shared memory region "
                 f"'{self.name}', which holds {self.byte_size} bytes"
             )
-        start = self.offset + offset
-        return memoryview(self.mapping)[start : start + byte_size]
+
+    @contextmanager
+    def _descriptor(self) -> Iterator[int]:
+        # a descriptor closed under a copy could be reused by another open file: count who uses it
+        with self._lock:
+            if self._retired:
+                raise InvalidArgument(f"shared memory region '{self.name}' was unregistered during the request")
+            self._users += 1
+        try:
+            yield self.descriptor
+        finally:
+            with self._lock:
+                self._users -= 1
+                if self._retired and self._users == 0:
+                    self._close()
+
+    def _close(self) -> None:
+        if self.descriptor >= 0:
+            os.close(self.descriptor)
+            self.descriptor = -1
+
+    def _shrank(self, tensor: str) -> InvalidArgument:
+        return InvalidArgument(
+            f"tensor '{tensor}' uses shared memory region '{self.name}', whose object '{self.key}' shrank below "
+            f"the region's end since it was registered; register it again"
+        )
 
 
 class SharedMemoryRegistry:
-    """The regions this server process has registered, by name; safe to use from worker threads."""
+    """The regions registered with this server process, by owner and name; safe to use from worker threads."""
 
-    def __init__(self) -> None:
-        self._regions: dict[str, Region] = {}
+    def __init__(self, limits: SharedMemoryLimits | None = None) -> None:
+        self.limits = limits if limits is not None else SharedMemoryLimits()
+        self._regions: dict[tuple[str, str], Region] = {}
         self._lock = threading.Lock()
 
-    def status(self, name: str | None = None) -> list[dict[str, object]]:
+    def of(self, caller: Principal) -> CallerRegions:
+        """The regions `caller` sees, as the codecs look them up."""
+        return CallerRegions(self, caller)
+
+    def status(self, name: str | None = None, *, caller: Principal = ANONYMOUS) -> list[dict[str, object]]:
+        owner = owner_of(caller)
         with self._lock:
             if name:
-                region = self._regions.get(name)
+                region = self._regions.get((owner, name))
                 if region is None:
                     raise NotFound(f"Unable to find system shared memory region: '{name}'")
                 return [region.to_dict()]
-            return [region.to_dict() for region in self._regions.values()]
+            return [region.to_dict() for (who, _), region in self._regions.items() if who == owner]
 
-    def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
-        """Map `byte_size` bytes at `offset` of the shared memory object `key`; refuse what does not fit."""
+    def register(self, name: str, key: str, offset: int, byte_size: int, *, caller: Principal = ANONYMOUS) -> None:
+        """Keep a descriptor on `byte_size` bytes at `offset` of the object `key`; refuse what does not fit."""
         if not name:
             raise InvalidArgument("a shared memory region needs a name")
         if offset < 0 or byte_size <= 0:
@@ -75,47 +179,100 @@ class SharedMemoryRegistry:
                 f"failed to register shared memory region '{name}': offset must be 0 or more and byte_size more "
                 f"than 0, got {offset} and {byte_size}"
             )
+        if byte_size > self.limits.max_region_bytes:
+            raise RegionTooLarge(
+                f"failed to register shared memory region '{name}': byte_size {byte_size} is over the limit of "
+                f"{self.limits.max_region_bytes} bytes (INFERA_SHM_MAX_REGION_MB); a region may be at most "
+                f"{self.limits.max_region_bytes} bytes"
+            )
         path = self._path(name, key)
+        owner = owner_of(caller)
         with self._lock:
-            if name in self._regions:
+            if (owner, name) in self._regions:
                 raise RegionExists(f"shared memory region '{name}' already in manager")
+            self._check_room(owner, name, byte_size)
             try:
                 # O_NOFOLLOW: /dev/shm is writable by everyone, and a link planted there must not let outputs
                 # be written into a file elsewhere (the database, a model) that this process may write.
-                descriptor = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+                descriptor = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
             except OSError as exc:
                 raise InvalidArgument(f"Unable to open shared memory region: '{key}' ({exc.strerror or exc})") from None
             try:
                 status = os.fstat(descriptor)
-                if not stat.S_ISREG(status.st_mode):
-                    raise InvalidArgument(f"Unable to open shared memory region: '{key}' is not a shared memory object")
-                size = status.st_size
-                if offset + byte_size > size:
+                identity = (status.st_dev, status.st_ino)
+                self._check_object(key, path, status, owner, identity)
+                if offset + byte_size > status.st_size:
                     raise InvalidArgument(
                         f"failed to register shared memory region '{name}': offset {offset} and byte_size "
-                        f"{byte_size} pass the end of '{key}', which holds {size} bytes"
+                        f"{byte_size} pass the end of '{key}', which holds {status.st_size} bytes"
                     )
-                mapping = mmap.mmap(descriptor, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-            finally:
+            except BaseException:
                 os.close(descriptor)
-            self._regions[name] = Region(name, key, offset, byte_size, mapping)
+                raise
+            self._regions[(owner, name)] = Region(name, key, offset, byte_size, descriptor, identity)
 
-    def unregister(self, name: str | None = None) -> None:
-        """Forget one region (or all); the mapping closes once no request still reads from it."""
+    def unregister(self, name: str | None = None, *, caller: Principal = ANONYMOUS) -> None:
+        """Forget one of the caller's regions (or all of them); each descriptor closes once no copy uses it."""
+        owner = owner_of(caller)
         with self._lock:
-            names = [name] if name else list(self._regions)
-            for each in names:
-                self._regions.pop(each, None)  # views on it keep it mapped until they are gone
+            keys = [(owner, name)] if name else [key for key in self._regions if key[0] == owner]
+            retired = [region for key in keys if (region := self._regions.pop(key, None)) is not None]
+        for region in retired:
+            region.retire()
 
-    def get(self, name: str, tensor: str) -> Region:
+    def get(self, name: str, tensor: str, *, caller: Principal = ANONYMOUS) -> Region:
         with self._lock:
-            region = self._regions.get(name)
+            region = self._regions.get((owner_of(caller), name))
         if region is None:
             raise InvalidArgument(f"tensor '{tensor}' names shared memory region '{name}', which is not registered")
         return region
 
     def close(self) -> None:
-        self.unregister()
+        """Forget every caller's regions (at shutdown)."""
+        with self._lock:
+            retired = list(self._regions.values())
+            self._regions.clear()
+        for region in retired:
+            region.retire()
+
+    def _check_room(self, owner: str, name: str, byte_size: int) -> None:
+        limits = self.limits
+        if len(self._regions) >= limits.max_regions:
+            raise TooManyRegions(
+                f"failed to register shared memory region '{name}': the server holds {limits.max_regions} shared "
+                "memory regions, its limit (INFERA_SHM_MAX_REGIONS); unregister regions no longer used"
+            )
+        mine = [region for (who, _), region in self._regions.items() if who == owner]
+        if len(mine) >= limits.max_regions_per_caller:
+            raise TooManyRegions(
+                f"failed to register shared memory region '{name}': you have {len(mine)} shared memory regions "
+                "registered, the limit for one caller (INFERA_SHM_MAX_REGIONS_PER_CALLER); unregister some first"
+            )
+        total = sum(region.byte_size for region in mine) + byte_size
+        if total > limits.max_bytes_per_caller:
+            raise RegionTooLarge(
+                f"failed to register shared memory region '{name}': your regions would hold {total} bytes, over the "
+                f"limit of {limits.max_bytes_per_caller} bytes in all for one caller (INFERA_SHM_MAX_MB_PER_CALLER)"
+            )
+
+    def _check_object(
+        self, key: str, path: Path, status: os.stat_result, owner: str, identity: tuple[int, int]
+    ) -> None:
+        """The owner and mode rule: what the server may open for a caller (the module's docstring says why)."""
+        refused = f"Unable to open shared memory region: '{key}'"
+        if not stat.S_ISREG(status.st_mode):
+            raise InvalidArgument(f"{refused} is not a shared memory object")
+        if status.st_uid != os.geteuid():
+            raise InvalidArgument(
+                f"{refused}: a shared memory object must be owned by the server's user (uid {os.geteuid()}); "
+                "create it as that user"
+            )
+        if not status.st_mode & stat.S_IWUSR:
+            raise InvalidArgument(f"{refused}: a shared memory object must be writable by its owner")
+        if path.name.startswith("sem."):
+            raise InvalidArgument(f"{refused}: it is a POSIX semaphore, not a shared memory object")
+        if any(region.identity == identity for (who, _), region in self._regions.items() if who != owner):
+            raise InvalidArgument(f"{refused}: the object is registered by another caller")
 
     @staticmethod
     def _path(name: str, key: str) -> Path:
@@ -125,3 +282,14 @@ class SharedMemoryRegistry:
                 f"failed to register shared memory region '{name}': '{key}' is not a shared memory key"
             )
         return SHM_ROOT / cleaned
+
+
+@dataclass(frozen=True, slots=True)
+class CallerRegions:
+    """The regions one caller sees: what a request's `shared_memory_region` parameters are looked up in."""
+
+    registry: SharedMemoryRegistry
+    caller: Principal
+
+    def get(self, name: str, tensor: str) -> Region:
+        return self.registry.get(name, tensor, caller=self.caller)

@@ -1,6 +1,7 @@
 """Triton's shared-memory, trace and logging extensions, answered the same way over HTTP and gRPC.
 
-System shared memory is served (engine/shared_memory.py holds the regions); CUDA shared memory is not: its status is
+System shared memory is served (engine/shared_memory.py holds the regions, each the registering caller's own); CUDA
+shared memory is not: its status is
 truthfully empty and a registration is refused with a clear UNSUPPORTED error. Tracing records timestamps
 (engine/tracing.py). Logging is live (engine/log_settings.py).
 """
@@ -12,22 +13,27 @@ from typing import TYPE_CHECKING, Any
 from engine.errors import InvalidArgument, NotFound, Unsupported
 
 if TYPE_CHECKING:
+    from engine.admission import Principal
     from engine.server import InferenceServer
 
 # ---- shared memory
 
 
-def shared_memory_status(server: InferenceServer, kind: str, name: str | None) -> list[dict[str, Any]]:
-    """The registered regions of `kind` ("system" or "cuda"), or the one named."""
+def shared_memory_status(
+    server: InferenceServer, kind: str, name: str | None, caller: Principal
+) -> list[dict[str, Any]]:
+    """The caller's registered regions of `kind` ("system" or "cuda"), or the one named."""
     if kind == "system":
-        return server.shared_memory.status(name)
+        return server.shared_memory.status(name, caller=caller)
     if name:
         raise NotFound(f"Unable to find cuda shared memory region: '{name}'")
     return []
 
 
-def register_shared_memory(server: InferenceServer, kind: str, name: str, details: dict[str, Any]) -> None:
-    """Register a system region (key, offset, byte_size); CUDA regions are refused, saying why."""
+def register_shared_memory(
+    server: InferenceServer, kind: str, name: str, details: dict[str, Any], caller: Principal
+) -> None:
+    """Register a system region (key, offset, byte_size) as the caller's; CUDA regions are refused, saying why."""
     if kind == "system":
         key, offset, byte_size = details.get("key"), details.get("offset", 0), details.get("byte_size")
         if not isinstance(key, str) or not _is_count(offset) or not _is_count(byte_size):
@@ -35,16 +41,17 @@ def register_shared_memory(server: InferenceServer, kind: str, name: str, detail
                 f"registering system shared memory region '{name}' needs 'key' (a string), 'offset' and "
                 "'byte_size' (non-negative integers)"
             )
-        server.shared_memory.register(name, key, offset, byte_size)
+        server.shared_memory.register(name, key, offset, byte_size, caller=caller)
         return
     why = "this server has no GPU" if server.manager.gpus == 0 else "this server does not support it yet"
     raise Unsupported(f"cannot register CUDA shared memory region '{name}': {why}; send the tensors in the request")
 
 
-def unregister_shared_memory(server: InferenceServer, kind: str, name: str | None) -> None:
-    """Unregistering what is not registered succeeds, as Triton does (there is nothing to release)."""
+def unregister_shared_memory(server: InferenceServer, kind: str, name: str | None, caller: Principal) -> None:
+    """Unregister one of the caller's regions (no name: all of the caller's). Unregistering what is not registered
+    succeeds, as Triton does (there is nothing to release)."""
     if kind == "system":
-        server.shared_memory.unregister(name)
+        server.shared_memory.unregister(name, caller=caller)
 
 
 def _is_count(value: Any) -> bool:

@@ -20,7 +20,7 @@ from engine.protocol.tensors import array_to_binary
 from engine.types import InferenceRequest, InferenceResponse
 
 if TYPE_CHECKING:
-    from engine.shared_memory import SharedMemoryRegistry
+    from engine.shared_memory import CallerRegions
 
 # the one InferTensorContents list each datatype travels in; FP16 and BF16 have none (raw contents only)
 CONTENTS_FIELD = {
@@ -73,7 +73,7 @@ def decode_grpc_request(
     *,
     model_name: str,
     model_version: int | None,
-    shared_memory: SharedMemoryRegistry | None = None,
+    shared_memory: CallerRegions | None = None,
 ) -> InferenceRequest:
     """The InferenceRequest a ModelInferRequest describes, checked against the served version's config."""
     raw = message.raw_input_contents
@@ -130,7 +130,7 @@ def encode_grpc_response(
     response_class: type,
     *,
     batched: bool,
-    shared_memory: SharedMemoryRegistry | None = None,
+    shared_memory: CallerRegions | None = None,
 ) -> Any:
     """A ModelInferResponse with the outputs the request asked for (all of them when it named none), raw."""
     message = response_class(

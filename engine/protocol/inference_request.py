@@ -21,7 +21,7 @@ from engine.protocol.validation import check_required_inputs, checked_batch, com
 from engine.types import InferenceRequest, RequestedOutput
 
 if TYPE_CHECKING:
-    from engine.shared_memory import SharedMemoryRegistry
+    from engine.shared_memory import CallerRegions, Region
 
 Body = bytes | bytearray | memoryview
 
@@ -49,7 +49,7 @@ def decode_infer_request(
     *,
     model_name: str | None = None,
     model_version: int | None = None,
-    shared_memory: SharedMemoryRegistry | None = None,
+    shared_memory: CallerRegions | None = None,
 ) -> InferenceRequest:
     """Parse and validate one infer request for the model `config` describes.
 
@@ -118,7 +118,7 @@ def request_from_document(
     *,
     model_name: str | None = None,
     model_version: int | None = None,
-    shared_memory: SharedMemoryRegistry | None = None,
+    shared_memory: CallerRegions | None = None,
 ) -> InferenceRequest:
     """Check and build the request a parsed document describes, for the model `config` describes."""
     request = InferenceRequest(
@@ -218,7 +218,7 @@ def _apply_request_parameters(request: InferenceRequest, parameters: dict[str, A
 
 
 def _decode_inputs(
-    entries: Any, binary: memoryview, config: ModelConfig, shared_memory: SharedMemoryRegistry | None
+    entries: Any, binary: memoryview, config: ModelConfig, shared_memory: CallerRegions | None
 ) -> tuple[dict[str, np.ndarray], int]:
     """Decode every input in request order, consuming the binary section as each one claims it."""
     if not isinstance(entries, list):
@@ -250,8 +250,8 @@ def _decode_inputs(
         if "shared_memory_region" in parameters:
             if "data" in entry or size is not None or RAW in entry or TYPED in entry:
                 raise InvalidArgument(f"input '{name}' has both shared memory and data of its own")
-            view = shared_memory_view(shared_memory, name, parameters)
-            array = array_from_binary(name, datatype, shape, view)
+            region, start, size = shared_memory_range(shared_memory, name, parameters)
+            array = array_from_binary(name, datatype, shape, region.read(start, size, name))
         elif RAW in entry:
             array = array_from_binary(name, datatype, shape, entry[RAW])
         elif TYPED in entry:
@@ -308,7 +308,7 @@ def _input_header(entry: Any) -> tuple[str, str, list[int], dict[str, Any]]:
 
 
 def _requested_outputs(
-    entries: Any, config: ModelConfig, shared_memory: SharedMemoryRegistry | None = None
+    entries: Any, config: ModelConfig, shared_memory: CallerRegions | None = None
 ) -> list[RequestedOutput]:
     """The `outputs` list: known names, each at most once, with their parameters."""
     if not isinstance(entries, list):
@@ -330,13 +330,15 @@ def _requested_outputs(
         if "classification" in parameters:
             _check_classification(name, parameters["classification"], config)
         if "shared_memory_region" in parameters:
-            shared_memory_view(shared_memory, name, parameters)  # the region exists and the range fits it
+            shared_memory_range(shared_memory, name, parameters)  # the region exists and the range fits it
         requested.append(RequestedOutput(name=name, parameters=parameters))
     return requested
 
 
-def shared_memory_view(shared_memory: SharedMemoryRegistry | None, name: str, parameters: dict[str, Any]) -> memoryview:
-    """The bytes of shared memory a tensor's `shared_memory_*` parameters name."""
+def shared_memory_range(
+    shared_memory: CallerRegions | None, name: str, parameters: dict[str, Any]
+) -> tuple[Region, int, int]:
+    """The caller's region, offset and byte size a tensor's `shared_memory_*` parameters name, checked to fit."""
     region = parameters.get("shared_memory_region")
     offset = parameters.get("shared_memory_offset", 0)
     size = parameters.get("shared_memory_byte_size")
@@ -347,7 +349,9 @@ def shared_memory_view(shared_memory: SharedMemoryRegistry | None, name: str, pa
         )
     if shared_memory is None:
         raise InvalidArgument(f"tensor '{name}' uses shared memory, which this front end does not serve")
-    return shared_memory.get(region, name).view(offset, size, name)
+    found = shared_memory.get(region, name)
+    found.check_range(offset, size, name)
+    return found, offset, size
 
 
 def _check_classification(name: str, count: Any, config: ModelConfig) -> None:

@@ -11,12 +11,12 @@ import orjson
 from engine.datatypes import wire_type_of
 from engine.errors import InvalidArgument
 from engine.protocol.classification import classify
-from engine.protocol.inference_request import shared_memory_view
+from engine.protocol.inference_request import shared_memory_range
 from engine.protocol.tensors import BINARY_ONLY_TYPES, array_to_binary, bytes_to_json_data
 from engine.types import BatchOutputs, InferenceRequest, InferenceResponse
 
 if TYPE_CHECKING:
-    from engine.shared_memory import SharedMemoryRegistry
+    from engine.shared_memory import CallerRegions
 
 _JSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
 _NOT_PLAIN = object()  # a batch output the plain path cannot write (BYTES, FP16, a dtype orjson refuses)
@@ -27,7 +27,7 @@ def encode_infer_response(
     request: InferenceRequest | None = None,
     *,
     batched: bool = False,
-    shared_memory: SharedMemoryRegistry | None = None,
+    shared_memory: CallerRegions | None = None,
 ) -> tuple[bytes, int | None]:
     """Return the body and, when binary outputs follow the JSON, the `Inference-Header-Content-Length`.
 
@@ -88,19 +88,19 @@ def selected_outputs(
 
 
 def place_in_shared_memory(
-    name: str, array: np.ndarray, parameters: dict[str, Any], shared_memory: SharedMemoryRegistry | None
+    name: str, array: np.ndarray, parameters: dict[str, Any], shared_memory: CallerRegions | None
 ) -> dict[str, Any]:
     """Write an output into the shared memory its parameters name; its entry says where, and carries no data."""
     array = np.asarray(array)
     datatype = wire_type_of(array)
     data = array_to_binary(datatype, array)
-    view = shared_memory_view(shared_memory, name, parameters)
-    if len(data) > len(view):
+    region, offset, size = shared_memory_range(shared_memory, name, parameters)
+    if len(data) > size:
         raise InvalidArgument(
-            f"shared memory size specified with the request for output '{name}' ({len(view)} bytes) should be at "
+            f"shared memory size specified with the request for output '{name}' ({size} bytes) should be at "
             f"least {len(data)} bytes to hold the results"
         )
-    view[: len(data)] = data
+    region.write(offset, data, name)
     placed = {
         "shared_memory_region": parameters["shared_memory_region"],
         "shared_memory_byte_size": len(data),

@@ -47,7 +47,7 @@ def test_it_refuses_a_key_that_is_not_one_name(key):
         SharedMemoryRegistry().register("region", key, 0, 64)
 
 
-def test_it_maps_a_real_object_and_writes_into_it():
+def test_it_registers_a_real_object_and_writes_into_it():
     name = f"infera_real_{uuid.uuid4().hex}"
     path = SHM_ROOT / name
     descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
@@ -55,7 +55,7 @@ def test_it_maps_a_real_object_and_writes_into_it():
         os.ftruncate(descriptor, 64)
         registry = SharedMemoryRegistry()
         registry.register("real", f"/{name}", 16, 32)
-        registry.get("real", "OUTPUT0").view(0, 4, "OUTPUT0")[:] = b"\x01\x02\x03\x04"
+        registry.get("real", "OUTPUT0").write(0, b"\x01\x02\x03\x04", "OUTPUT0")
         assert path.read_bytes()[16:20] == b"\x01\x02\x03\x04"
         registry.close()
     finally:

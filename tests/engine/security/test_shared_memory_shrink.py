@@ -1,0 +1,137 @@
+"""A shared memory object that shrinks under its registered region answers 400 naming the region; the server lives.
+
+The server used to map the whole object and read inputs through the mapping: a client that registered a region,
+then shrank the object with ftruncate and sent an inference request, killed the process with SIGBUS.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from engine.errors import InvalidArgument
+from engine.shared_memory import SHM_ROOT, SharedMemoryRegistry
+from tests.conftest import manage_command, serve_process
+from tests.engine.model_factory import make_simple_onnx
+
+A = np.arange(16, dtype=np.int32).reshape(1, 16)
+ONE = np.ones((1, 16), dtype=np.int32)
+
+
+@contextmanager
+def shm_object(size: int = 256) -> Iterator[tuple[str, int]]:
+    name = f"infera_shrink_{uuid.uuid4().hex}"
+    descriptor = os.open(SHM_ROOT / name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.ftruncate(descriptor, size)
+        os.pwrite(descriptor, A.tobytes() + ONE.tobytes(), 0)
+        yield f"/{name}", descriptor
+    finally:
+        os.close(descriptor)
+        (SHM_ROOT / name).unlink(missing_ok=True)
+
+
+def test_it_refuses_to_read_or_write_past_the_end_of_a_shrunk_object():
+    registry = SharedMemoryRegistry()
+    with shm_object() as (key, descriptor):
+        registry.register("io", key, 0, 256)
+        region = registry.get("io", "INPUT0")
+        assert bytes(region.read(0, 64, "INPUT0")) == A.tobytes()
+        os.ftruncate(descriptor, 32)
+        with pytest.raises(InvalidArgument, match="region 'io'.*shrank"):
+            region.read(0, 64, "INPUT0")
+        with pytest.raises(InvalidArgument, match="region 'io'.*shrank"):
+            region.write(128, b"\x01" * 64, "OUTPUT0")
+        assert os.fstat(descriptor).st_size == 32  # a refused write does not grow the object back
+        registry.close()
+
+
+def test_it_reads_a_copy_that_a_later_write_to_the_object_does_not_change():
+    registry = SharedMemoryRegistry()
+    with shm_object() as (key, descriptor):
+        registry.register("io", key, 0, 256)
+        read = registry.get("io", "INPUT0").read(0, 64, "INPUT0")
+        os.pwrite(descriptor, bytes(64), 0)
+        assert bytes(read) == A.tobytes()
+        registry.close()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory):
+    """`manage.py serve` with its defaults (loopback, no token) serving `simple` and `other`."""
+    var_dir = tmp_path_factory.mktemp("shm-shrink") / "var"
+    make_simple_onnx(var_dir / "models", name="simple")
+    make_simple_onnx(var_dir / "models", name="other")
+    with serve_process(var_dir, "--no-seed", env={"INFERA_DISABLE_NVML": "1"}) as running:
+        manage_command(var_dir, {"INFERA_DISABLE_NVML": "1"})("import_repository", str(var_dir / "models"))
+        client = httpclient.InferenceServerClient(running.base_url.removeprefix("http://"))
+        for _ in range(1200):
+            if client.is_model_ready("simple") and client.is_model_ready("other"):
+                break
+            threading.Event().wait(0.05)  # polling a server process that loads on its own
+        else:
+            pytest.fail("the models never became ready")
+        yield running, client
+
+
+def plain_inputs() -> list[httpclient.InferInput]:
+    inputs = [httpclient.InferInput("INPUT0", [1, 16], "INT32"), httpclient.InferInput("INPUT1", [1, 16], "INT32")]
+    inputs[0].set_data_from_numpy(A)
+    inputs[1].set_data_from_numpy(ONE)
+    return inputs
+
+
+def assert_still_serving(server, client: httpclient.InferenceServerClient) -> None:
+    assert server.process.poll() is None, server.log()[-4000:]
+    for model in ("simple", "other"):
+        result = client.infer(model, plain_inputs())
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), A + 1)
+
+
+@pytest.mark.server
+def test_a_shrunk_input_region_answers_400_and_the_server_lives(server):
+    running, client = server
+    with shm_object() as (key, descriptor):
+        client.register_system_shared_memory("shrinking_in", key, 256)
+        try:
+            os.ftruncate(descriptor, 0)
+            inputs = [
+                httpclient.InferInput("INPUT0", [1, 16], "INT32"),
+                httpclient.InferInput("INPUT1", [1, 16], "INT32"),
+            ]
+            inputs[0].set_shared_memory("shrinking_in", 64)
+            inputs[1].set_shared_memory("shrinking_in", 64, offset=64)
+            with pytest.raises(InferenceServerException) as refused:
+                client.infer("simple", inputs)
+            assert refused.value.status() == "400"
+            assert "'shrinking_in'" in refused.value.message() and "shrank" in refused.value.message()
+        finally:
+            client.unregister_system_shared_memory("shrinking_in")
+    assert_still_serving(running, client)
+
+
+@pytest.mark.server
+def test_a_shrunk_output_region_answers_400_and_the_server_lives(server):
+    running, client = server
+    with shm_object() as (key, descriptor):
+        client.register_system_shared_memory("shrinking_out", key, 256)
+        try:
+            os.ftruncate(descriptor, 0)
+            output = httpclient.InferRequestedOutput("OUTPUT0", binary_data=True)
+            output.set_shared_memory("shrinking_out", 64, offset=128)
+            with pytest.raises(InferenceServerException) as refused:
+                client.infer("simple", plain_inputs(), outputs=[output])
+            assert refused.value.status() == "400"
+            assert "'shrinking_out'" in refused.value.message() and "shrank" in refused.value.message()
+            assert os.fstat(descriptor).st_size == 0
+        finally:
+            client.unregister_system_shared_memory("shrinking_out")
+    assert_still_serving(running, client)

@@ -168,6 +168,7 @@ class Runtime:
 
     async def drain(self) -> None:
         """Begin a graceful shutdown: not ready, no model changes, no new gRPC calls, WebSockets told to go away."""
+            self.server.failed_to_start(self.startup_failure)  # ready answers 503 from now on, not "loading"
         if self.deadline is not None:
             return
         self.deadline = time.monotonic() + self.settings.engine.shutdown_grace_seconds

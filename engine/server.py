@@ -80,6 +80,7 @@ class InferenceServer:
         self._draining = False
         self._sent_files: dict[str, Path] = {}  # models loaded from files sent with a load: their temporary roots
         self.traffic: dict[str, TrafficState] = {}  # models under a canary or shadow policy
+        self.startup_failure: str | None = None  # why start-up failed: not ready for good, not "still loading"
         self._shadow_tasks: set[asyncio.Task] = set()
         # called as (model, the policy that was rolled back, why) when a guard rolls a policy back
         self.on_traffic_rollback: Callable[[str, TrafficPolicy, str], None] | None = None
@@ -99,12 +100,26 @@ class InferenceServer:
             for name in self.repository.model_names():
                 try:
                     await self.load_model(name)
+        self.startup_failure = None
+        try:
+            await self._load_repository(load_models)
+        except Exception as exc:
+            self.failed_to_start(f"{type(exc).__name__}: {exc}")
+            raise
+        self._started = True
+
+    async def _load_repository(self, load_models: bool) -> None:
+        """Every model of the repository, each on its own: one that fails is logged and marked, the others load."""
                 except InferaError as exc:
                     log.error("%s", exc.message)
                 except Exception as exc:  # a broken stored model never takes the server down: it alone fails
                     log.exception("model '%s' failed to load at start-up", name)
                     self.manager.record_error(name, f"{type(exc).__name__}: {exc}")
-        self._started = True
+
+    def failed_to_start(self, reason: str) -> None:
+        """Start-up failed (here, or in what the process starts around the engine): not ready until a start
+        succeeds, and /v2/health/ready says so with 503 rather than the 400 of a server still loading."""
+        self.startup_failure = reason
 
     def set_ready(self) -> None:
         """Ready from now on (after a `start(ready=False)`), unless draining."""

@@ -100,9 +100,9 @@ def health_live(server: InferenceServer, incoming: Incoming) -> Reply:
 
 
 def health_ready(server: InferenceServer, incoming: Incoming) -> Reply:
-    """200 when ready; 400 while loading (as Triton); 503 while draining for a shutdown, so that a load balancer
-    tells "going away" from "not up yet" and stops sending traffic."""
-    if server.draining:
+    """200 when ready; 400 while loading (as Triton); 503 while draining for a shutdown or after a start-up that
+    failed, so that a load balancer tells "going away" or "broken" from "not up yet" and sends no traffic."""
+    if server.draining or server.startup_failure is not None:
         return GOING_AWAY
     return EMPTY_OK if server.is_ready() else EMPTY_BAD
 

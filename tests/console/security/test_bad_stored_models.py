@@ -10,7 +10,9 @@ from asgiref.sync import sync_to_async
 from console.registry import ensemble_graph, services
 from console.registry.models import RegisteredModel
 from console.registry.uploads import parse_config_text
+from console.runtime import Runtime
 from engine.server import InferenceServer
+from engine.settings import GrpcSettings
 from tests.console.registry import conftest as registry_cast
 from tests.console.registry.conftest import ensemble_pbtxt
 from tests.console.registry.engine_helpers import infer, reconcile_once, register, states, stop_reconciler
@@ -68,3 +70,14 @@ async def test_the_api_deletes_each_member_of_a_stored_cycle_unless_an_ensemble_
     assert (await delete("/api/models/outer/")).status_code == 204
     assert (await delete("/api/models/ping/")).status_code == 204
     assert not await RegisteredModel.objects.filter(name__in=["ping", "pong", "outer"]).aexists()
+
+
+async def test_ready_answers_503_when_the_runtime_failed_to_start(settings, tmp_path, in_memory_layer):
+    blocker = tmp_path / "store-is-a-file"
+    blocker.write_text("not a folder")
+    runtime = Runtime(settings.INFERA.replace(model_store=blocker, disable_nvml=True, grpc=GrpcSettings(port=0)))
+    with pytest.raises(FileExistsError):
+        await runtime.start()
+    scope = {"type": "http", "method": "GET", "path": "/v2/health/ready", "headers": [], "client": ("10.0.0.1", 1)}
+    assert (await runtime.v2.respond(scope, None, body=b"")).status == 503
+    await runtime.stop()

@@ -152,9 +152,12 @@ class BlockManager:
     def can_allocate(self, tokens: Sequence[int], extra_key: Hashable = None, reserve: int = 0) -> bool:
         """Whether `allocate` would succeed now, keeping `reserve` blocks free."""
         hits, _ = self._match(tokens, extra_key)
+        return self._shortfall(len(tokens), hits) + reserve <= 0
+
+    def _shortfall(self, num_tokens: int, hits: list[int]) -> int:
+        """New blocks a prompt needs beyond those free, once its cached blocks are held (<= 0: it fits)."""
         revived = sum(1 for b in hits if self.blocks[b].ref_count == 0)  # evictable now, held after
-        needed = self.blocks_for(len(tokens)) - len(hits)
-        return needed <= self.num_free_blocks - revived - reserve
+        return self.blocks_for(num_tokens) - len(hits) - (self.num_free_blocks - revived)
 
     # --- a sequence's life -----------------------------------------------------------------------------------
     def allocate(self, seq_id: Hashable, tokens: Sequence[int], extra_key: Hashable = None) -> int:
@@ -164,7 +167,7 @@ class BlockManager:
         if not tokens:
             raise InvalidArgument("a sequence needs at least one token to allocate KV-cache blocks")
         hits, keys = self._match(tokens, extra_key)
-        if not self.can_allocate(tokens, extra_key):
+        if self._shortfall(len(tokens), hits) > 0:
             raise NoFreeBlocks(self.blocks_for(len(tokens)) - len(hits), self.num_free_blocks)
         for block_id in hits:
             self._hold(block_id)

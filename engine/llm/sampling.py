@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
+from types import MappingProxyType
 
 import torch
 
@@ -90,6 +91,7 @@ class SamplingParams:
                 raise InvalidSamplingParam(name, f"must be in [-2, 2], got {getattr(self, name)}")
         if not isinstance(self.logit_bias, Mapping):
             raise InvalidSamplingParam("logit_bias", f"must map token ids to biases, got {self.logit_bias!r}")
+        object.__setattr__(self, "logit_bias", MappingProxyType(dict(self.logit_bias)))  # frozen, like the rest
         for token, bias in self.logit_bias.items():
             if _int("logit_bias", token) < 0:
                 raise InvalidSamplingParam("logit_bias", f"names token id {token}: token ids are 0 or more")

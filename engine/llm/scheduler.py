@@ -277,7 +277,8 @@ class LLMScheduler:
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:  # admissions
             seq = self.waiting[0]
             tokens = seq.all_token_ids
-            if not self.blocks.can_allocate(tokens, seq.extra_key, reserve=self.reserve):
+            reserve = self.reserve if self.running else 0  # alone, a sequence may use the whole cache
+            if not self.blocks.can_allocate(tokens, seq.extra_key, reserve=reserve):
                 break
             self.waiting.pop(0)
             cached = self.blocks.allocate(seq.seq_id, tokens, seq.extra_key)

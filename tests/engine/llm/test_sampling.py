@@ -111,6 +111,15 @@ def test_it_refuses_token_ids_beyond_the_vocabulary():
     assert raised.value.field == "stop_token_ids"
 
 
+def test_its_logit_bias_cannot_change_after_validation():
+    bias = {1: 2.0}
+    params = SamplingParams(logit_bias=bias)
+    bias[1] = 500.0
+    assert params.logit_bias == {1: 2.0}
+    with pytest.raises(TypeError):
+        params.logit_bias[1] = 500.0
+
+
 def test_each_choice_of_n_gets_its_own_seed():
     params = SamplingParams(n=3, seed=10)
     assert [params.for_choice(i).seed for i in range(3)] == [10, 11, 12]

@@ -224,6 +224,13 @@ def test_the_watermark_keeps_blocks_for_growing_sequences():
     assert [c.seq_id for c in plan.prefills] == ["a"]
 
 
+def test_a_sequence_alone_may_use_the_whole_cache_despite_the_watermark():
+    sched = scheduler(num_blocks=10, block_size=4, caching=False, watermark=0.2)
+    sched.add_request(seq("a", range(1, 40), max_tokens=1))  # all 10 blocks
+    plan, outputs = step(sched)
+    assert [c.seq_id for c in plan.prefills] == ["a"] and outputs[0].finish_reason is FinishReason.LENGTH
+
+
 # --- finishing ----------------------------------------------------------------------------------------------------
 
 

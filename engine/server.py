@@ -74,7 +74,11 @@ class InferenceServer:
         self.log_settings = LogSettings()  # Triton's logging extension, shared by the HTTP and gRPC front ends
         # system shared memory regions clients registered, each the registering caller's own
         self.shared_memory = SharedMemoryRegistry(self.settings.shared_memory)
-        self.tracer = Tracer(self.settings.trace_dir)  # Triton's trace extension
+        self.tracer = Tracer(  # Triton's trace extension
+            self.settings.trace_dir,
+            tensor_bytes=self.settings.trace.tensor_bytes,
+            queue_traces=self.settings.trace.queue_traces,
+        )
         self._started = False
         self._held = False  # started but kept not ready until set_ready()
         self._draining = False

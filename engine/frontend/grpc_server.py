@@ -351,7 +351,7 @@ class GrpcFrontEnd:
         if trace is not None:
             trace.mark("REQUEST_END")
             trace.record_tensors("TENSOR_BACKEND_OUTPUT", result.outputs)
-            await asyncio.to_thread(self.server.tracer.finish, trace)
+            await self.server.tracer.finish(trace)
         return answer
 
     async def _decoded(self, message: Any, principal: Principal) -> tuple[ServedVersion, InferenceRequest, int]:

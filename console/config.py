@@ -76,6 +76,11 @@ class InferaSettings:
         return self.engine.open_repository_control
 
     @property
+    def open_repository_control_allows_code(self) -> bool:
+        """INFERA_OPEN_REPOSITORY_CONTROL_ALLOWS_CODE (with open control): callers without a token may load code."""
+        return self.engine.anonymous_may_load_code
+
+    @property
     def cookies_secure(self) -> bool:
         return (not self.debug) if self.secure_cookies is None else self.secure_cookies
 

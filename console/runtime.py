@@ -78,7 +78,11 @@ class Runtime:
         self.token_cache = TokenCache(ttl=settings.token_check_seconds, grace=settings.token_grace_seconds)
         self.revocations = RevocationListener(self.token_cache)
         self.authenticate = make_v2_authenticator(
-            settings.inference_auth, listen_host, self.token_cache, open_repository=settings.open_repository_control
+            settings.inference_auth,
+            listen_host,
+            self.token_cache,
+            open_repository=settings.open_repository_control,
+            open_code=settings.open_repository_control_allows_code,
         )
         self.v2 = V2App(
             self.server,
@@ -164,11 +168,11 @@ class Runtime:
             logger.info("engine ready; monitoring every %.0f s, streaming to /ws/metrics/", self.sampler.interval)
         except Exception as exc:
             self.startup_failure = f"{type(exc).__name__}: {exc}"
+            self.server.failed_to_start(self.startup_failure)  # ready answers 503 from now on, not "loading"
             raise
 
     async def drain(self) -> None:
         """Begin a graceful shutdown: not ready, no model changes, no new gRPC calls, WebSockets told to go away."""
-            self.server.failed_to_start(self.startup_failure)  # ready answers 503 from now on, not "loading"
         if self.deadline is not None:
             return
         self.deadline = time.monotonic() + self.settings.engine.shutdown_grace_seconds

@@ -90,6 +90,12 @@ def check_code(config: ModelConfig, caller: Principal, settings: EngineSettings)
             f"(INFERA_ALLOW_PYTHON_MODELS=false): {reason}"
         )
     if not caller.may_load_code:
+        if caller.may_change_models and not caller.authenticated and caller.name == ANONYMOUS.name:
+            raise CodeRefused(
+                "open repository control (INFERA_OPEN_REPOSITORY_CONTROL) loads models without code only: "
+                f"{reason}; loading it needs an admin's API token (or INFERA_OPEN_REPOSITORY_CONTROL_ALLOWS_CODE=true, "
+                "which lets anyone who reaches the server run code in it)"
+            )
         raise CodeRefused(f"only admins may upload python-backend models or other models that run code ({reason})")
 
 

@@ -218,17 +218,19 @@ def make_v2_authenticator(
     cache: TokenCache | None = None,
     *,
     open_repository: bool = False,
+    open_code: bool = False,
 ) -> V2Authenticator:
     """The /v2 hook for `mode` (token, none, or auto/None); logs which one is in force.
 
     In auto mode without a known `listen_host` the decision is taken per connection from the address it reached
     (scope['server']): loopback connections are open, any other address (or an unknown one) needs a token.
-    `open_repository` lets callers without a token load and unload models (INFERA_OPEN_REPOSITORY_CONTROL).
+    `open_repository` lets callers without a token load and unload models (INFERA_OPEN_REPOSITORY_CONTROL), and
+    `open_code` models that run code too (INFERA_OPEN_REPOSITORY_CONTROL_ALLOWS_CODE).
     """
     if mode is not None and mode.strip().lower() not in MODES:
         raise ValueError(f"INFERA_INFERENCE_AUTH must be one of token, none (or unset), got {mode!r}")
     cache = cache if cache is not None else TokenCache()
-    anonymous = anonymous_principal(open_repository)
+    anonymous = anonymous_principal(open_repository, open_code)
     explicit = mode is not None and mode.strip().lower() in ("token", "none")
 
     async def open_or_token(scope: Mapping[str, Any]) -> Principal:

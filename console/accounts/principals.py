@@ -22,13 +22,15 @@ def principal_for(user: Any, token: Any = None) -> Principal:
     )
 
 
-def anonymous_principal(may_change_models: bool) -> Principal:
+def anonymous_principal(may_change_models: bool, may_load_code: bool = False) -> Principal:
     """A caller without credentials on a connection the server leaves open.
 
-    With INFERA_OPEN_REPOSITORY_CONTROL it may load and unload models, code included when the server allows code
-    at all (the engine still checks INFERA_ALLOW_PYTHON_MODELS); the operator chose to trust that network.
+    With INFERA_OPEN_REPOSITORY_CONTROL it may load and unload models without code; models that run code only
+    with INFERA_OPEN_REPOSITORY_CONTROL_ALLOWS_CODE too (the engine still checks INFERA_ALLOW_PYTHON_MODELS).
     """
-    return Principal(ANONYMOUS.name, may_change_models=may_change_models, may_load_code=may_change_models)
+    return Principal(
+        ANONYMOUS.name, may_change_models=may_change_models, may_load_code=may_change_models and may_load_code
+    )
 
 
 def user_of(principal: Principal) -> Any:

@@ -31,6 +31,11 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 # Triton's default for --http-max-input-size
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 RETRY_AFTER_SECONDS = b"1"
+OPEN_CODE_WARNING = (
+    "INFERA_OPEN_REPOSITORY_CONTROL_ALLOWS_CODE=true: anyone who reaches /v2 or gRPC without a token may load "
+    "python models and other models that run code, and so run any code as this server's user; use it only for "
+    "test suites on a closed network"
+)
 
 
 class Unauthorized(InferaError):
@@ -62,8 +67,10 @@ class V2App:
         self.authenticate = authenticate
         self.repository_control = repository_control
         self.trusted_origins = trusted_origins
-        opened = server.settings.open_repository_control
-        self.anonymous = Principal(ANONYMOUS.name, may_change_models=opened, may_load_code=opened)
+        opened, code = server.settings.open_repository_control, server.settings.anonymous_may_load_code
+        self.anonymous = Principal(ANONYMOUS.name, may_change_models=opened, may_load_code=code)
+        if code:
+            log.warning(OPEN_CODE_WARNING)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]

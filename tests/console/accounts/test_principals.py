@@ -45,6 +45,10 @@ def test_an_open_connection_changes_nothing_unless_repository_control_is_opened(
     with pytest.raises(CodeRefused):
         check_code(PYTHON_MODEL, closed, ALLOWED)
     opened = anonymous_principal(True)
-    check_code(PYTHON_MODEL, opened, ALLOWED)
+    assert opened.may_change_models
+    with pytest.raises(CodeRefused, match="INFERA_OPEN_REPOSITORY_CONTROL_ALLOWS_CODE"):
+        check_code(PYTHON_MODEL, opened, ALLOWED)  # open control loads models without code only
+    opened_to_code = anonymous_principal(True, may_load_code=True)
+    check_code(PYTHON_MODEL, opened_to_code, ALLOWED)
     with pytest.raises(CodeRefused, match="disabled on this server"):
-        check_code(PYTHON_MODEL, opened, DISALLOWED)
+        check_code(PYTHON_MODEL, opened_to_code, DISALLOWED)

@@ -75,7 +75,12 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     onnx_bytes = (make_simple_onnx(made, name="sent") / "1" / "model.onnx").read_bytes()
     temp_dir = tmp_path_factory.mktemp("file-loads-tmp")
     grpc_port = free_port()
-    env = {"TMPDIR": str(temp_dir), "INFERA_GRPC_PORT": str(grpc_port)}
+    # Triton's QA loads python models anonymously: code through open repository control is its explicit opt-in
+    env = {
+        "TMPDIR": str(temp_dir),
+        "INFERA_GRPC_PORT": str(grpc_port),
+        "INFERA_OPEN_REPOSITORY_CONTROL_ALLOWS_CODE": "true",
+    }
     log = tmp_path_factory.mktemp("file-loads-logs") / "uvicorn.log"
     with running_server("uvicorn", repo, log, extra_env=env) as url:
         yield Served(url, f"127.0.0.1:{grpc_port}", temp_dir, onnx_bytes)

@@ -5,9 +5,11 @@ A model is a text generator when its config names its text tensors: `parameters 
 and `openai_text_output` (BYTES). The prompt (for chat, the messages rendered as "role: content" lines and a last
 "assistant:" line) goes to the text input; max_tokens, temperature, top_p and seed go to inputs of those names
 when the model has them, and as JSON to a `sampling_parameters` input when it has one; a `stream` input is set to
-true, so each response is one piece of text (a token). Stop strings end the text here whatever the model does.
-Usage counts a completion's tokens as the model's responses, and a prompt's as its characters. The same API tokens
-as /v2 are checked (`Authorization: Bearer <key>`).
+true, so each response is one piece of text (a token). Stop strings and max_tokens (when none is given, for chat,
+INFERA_OPENAI_MAX_TOKENS) end the text here whatever the model does. Usage counts a completion's tokens as the
+model's responses, and a prompt's as its characters. The same API tokens as /v2 are checked (`Authorization: Bearer
+<key>`), before the body is read; a body is at most INFERA_OPENAI_MAX_BODY_BYTES, and every field it carries is
+checked by type, range and length (openai_fields.py) before any work is done for it.
 """
 
 from __future__ import annotations

@@ -1,13 +1,17 @@
 """Trial loads of untrusted model versions in a child process, so a loader bug cannot run code in the server.
 
-The child is a fresh interpreter (`python -I`) that confines itself before it reads anything it was sent: no
-network (a network namespace of its own with only a down loopback, where the kernel allows one, and Landlock's TCP
-rules), no file writes outside its own empty temporary folder, which is also its home and working directory, and
-no signals to other processes (Landlock, where the kernel has it), an environment holding no secret, and limits on
-address space, CPU time, open files and file size; the parent kills its whole process group when the wall-clock
-timeout passes.
+The child is a fresh interpreter (`python -I`) that reads the parent's request, then confines itself before it
+reads any file it was sent (engine.confinement): no network (a network namespace of its own with only a down
+loopback, where the kernel allows one, and Landlock's TCP rules), no Unix sockets (a seccomp filter: path sockets
+such as PostgreSQL's are not covered by Landlock), no capabilities (so no other process's /proc/<pid>/environ or
+memory), reads only in the version folder, the engine's package, the Python install and the system's libraries
+(nothing of the server's var folder: database, secret key, model store), no file writes outside its own empty
+temporary folder, which is also its home and working directory, and no signals to other processes (Landlock, where
+the kernel has it), an environment holding no secret, and limits on address space, CPU time, open files and file
+size; the parent kills its whole process group when the wall-clock timeout passes.
 It completes the config and loads the version once on the CPU through the same code as a real load
-(engine.lifecycle.trial_load), then prints the effective config as JSON on its last line of output.
+(engine.lifecycle.trial_load), then prints the effective config as JSON on its last line of output. A failure
+reason it gives is shown only bounded and printable (`shown_reason`).
 """
 
 from __future__ import annotations
@@ -20,13 +24,18 @@ import os
 import resource
 import shutil
 import signal
+import site
 import subprocess  # nosec B404
 import sys
+import sysconfig
 import tempfile
+import unicodedata
 from pathlib import Path
 
+import engine
 from engine.config import ModelConfig
 from engine.config_format import config_to_dict, parse_config_json
+from engine.confinement import drop_capabilities, forbid_local_sockets, restrict_paths
 from engine.errors import InferaError, InvalidArgument, LoadError
 from engine.names import without_folders
 from engine.settings import SandboxSettings
@@ -37,13 +46,59 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # what the child may see of the parent's environment: nothing that could hold a secret
 PASSED_VARIABLES = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH")
 MAX_OPEN_FILES = 1024
+# a failure reason the child wrote is shown to viewers (the version's error, the audit log): bounded
+MAX_REASON_CHARS = 2000
+MAX_REASON_LINES = 10
 MAX_FILE_BYTES = 1 << 30
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
+# the project's folder leaves sys.path once the engine is imported: the child may not list it (the var folder)
 _CHILD = (
     "import sys; sys.path.insert(0, sys.argv[1]); "
-    "from engine.sandbox import child_main; sys.exit(child_main(sys.argv[2:]))"
+    "from engine.sandbox import child_main; sys.path.remove(sys.argv[1]); sys.exit(child_main(sys.argv[2:]))"
 )
+PYTHON_INSTALL = tuple(
+    dict.fromkeys(
+        Path(p)
+        for p in (
+            sys.prefix,
+            sys.base_prefix,
+            sys.exec_prefix,
+            sys.base_exec_prefix,
+            *(sysconfig.get_path(name) for name in ("stdlib", "platstdlib", "purelib", "platlib")),
+            *site.getsitepackages(),
+            Path(sys.executable).resolve().parent.parent,
+        )
+    )
+)
+# what the interpreter, the runtimes' native libraries and their CPU probes read at start-up (found with strace)
+SYSTEM_READABLE = tuple(
+    Path(p)
+    for p in (
+        "/lib",
+        "/lib32",
+        "/lib64",
+        "/libx32",
+        "/usr/lib",
+        "/usr/lib32",
+        "/usr/lib64",
+        "/usr/libx32",
+        "/usr/share/locale",
+        "/usr/share/zoneinfo",
+        "/etc/ld.so.cache",
+        "/etc/ld.so.conf",
+        "/etc/ld.so.conf.d",
+        "/etc/localtime",
+        "/dev/urandom",
+        "/dev/zero",
+        "/proc/self",  # its own pid's folder, opened before the rules hold: no other process's
+        "/proc/cpuinfo",
+        "/proc/meminfo",
+        "/proc/stat",
+        "/sys/devices/system/cpu",
+    )
+)
+DEVICES = (Path("/dev/null"),)
 
 
 def trial_load_isolated(
@@ -67,7 +122,7 @@ def trial_load_isolated(
     try:
         # bandit B603: the command is this interpreter on our own module with fixed arguments, never a shell
         process = subprocess.Popen(  # nosec B603
-            [sys.executable, "-I", "-c", _CHILD, str(PROJECT_ROOT), *limits],
+            [sys.executable, "-I", "-B", "-c", _CHILD, str(PROJECT_ROOT), *limits],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -88,12 +143,28 @@ def trial_load_isolated(
             _kill_group(process)  # anything it left running goes with it
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    store = Path(version_dir).parent.parent
     try:
         return _outcome(process.returncode, out, err, settings)
     except LoadError as exc:
-        raise LoadError(without_folders(exc.reason, Path(version_dir).parent.parent)) from None
+        raise LoadError(shown_reason(without_folders(exc.reason, store))) from None
     except InvalidArgument as exc:
-        raise InvalidArgument(without_folders(exc.message, Path(version_dir).parent.parent)) from None
+        raise InvalidArgument(shown_reason(without_folders(exc.message, store))) from None
+
+
+def shown_reason(text: str) -> str:
+    """A failure reason the child wrote, as the version's error and the audit log may show it: printable
+    characters only (no terminal escapes, no bidirectional overrides), at most MAX_REASON_LINES lines and
+    MAX_REASON_CHARS characters."""
+    lines = []
+    for line in str(text).splitlines():
+        kept = "".join(c if c == "\t" or unicodedata.category(c)[0] != "C" else "\ufffd" for c in line)
+        if kept.strip():
+            lines.append(kept.replace("\t", " ").rstrip())
+    shown = "\n".join(lines[:MAX_REASON_LINES])
+    if len(lines) > MAX_REASON_LINES or len(shown) > MAX_REASON_CHARS:
+        shown = shown[: MAX_REASON_CHARS - 1].rstrip() + "…"
+    return shown or "the trial load failed and gave no reason"
 
 
 def _kill_group(process: subprocess.Popen) -> None:
@@ -142,16 +213,34 @@ def _tail(err: bytes) -> str:
 # ---- the child side
 
 
-def confine(memory_mb: int, cpu_seconds: int, writable: Path) -> str:
-    """Limit this process, cut it off the network and keep its writes in `writable`; says what isolation it got."""
+def confine(memory_mb: int, cpu_seconds: int, writable: Path, readable: list[Path]) -> str:
+    """Limit this process, cut it off the network and Unix sockets, drop its capabilities, keep its reads in
+    `readable` and its writes in `writable`; says what isolation it got."""
     memory = memory_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 5))
     resource.setrlimit(resource.RLIMIT_NOFILE, (MAX_OPEN_FILES, MAX_OPEN_FILES))
     resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_FILE_BYTES, MAX_FILE_BYTES))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    network = isolate_network()
-    return f"network: {network}; files: {restrict_writes(writable)}"
+    network = isolate_network()  # needs CAP_SYS_ADMIN (or a user namespace): before the capabilities go
+    capabilities = drop_capabilities()
+    sockets = forbid_local_sockets()
+    files = restrict_paths(readable, [writable], DEVICES)
+    return f"network: {network}; sockets: {sockets}; {capabilities}; files: {files}"
+
+
+def readable_paths(version_dir: Path, config: ModelConfig) -> list[Path]:
+    """What a trial may read: the version folder (and a python model's own environment inside its model folder),
+    the engine's package, the Python install and the system's libraries; nothing else of the model store, of the
+    server's var folder (database, secret key) or of other processes."""
+    paths = [version_dir, Path(engine.__file__).parent, *PYTHON_INSTALL, *SYSTEM_READABLE]
+    environment = config.parameters.get("EXECUTION_ENV_PATH", "").strip()
+    if environment:
+        model_dir = version_dir.parent.resolve()
+        folder = Path(environment.replace("$$TRITON_MODEL_DIRECTORY", str(model_dir))).resolve()
+        if folder.is_relative_to(model_dir) and folder != model_dir:
+            paths.append(folder)
+    return paths
 
 
 def isolate_network() -> str:
@@ -169,61 +258,19 @@ def isolate_network() -> str:
     return f"none: unshare failed ({os.strerror(ctypes.get_errno())})"
 
 
-# Landlock (Linux 5.13+): what a process may still do to files and sockets once it restricts itself
-_LANDLOCK_CREATE_RULESET, _LANDLOCK_ADD_RULE, _LANDLOCK_RESTRICT_SELF = 444, 445, 446
-_LANDLOCK_RULE_PATH_BENEATH = 1
-_PR_SET_NO_NEW_PRIVS = 38
-_FS_WRITES = sum(1 << bit for bit in (1, 4, 5, 6, 7, 8, 9, 10, 11, 12))  # write, remove, make *
-_FS_REFER, _FS_TRUNCATE = 1 << 13, 1 << 14  # ABI 2 and 3
-_NET_TCP = (1 << 0) | (1 << 1)  # bind and connect, ABI 4
-_SCOPES = (1 << 0) | (1 << 1)  # abstract unix sockets and signals outside the sandbox, ABI 6
-
-
-class _PathBeneath(ctypes.Structure):
-    _pack_ = 1
-    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
-
-
-def restrict_writes(writable: Path) -> str:
-    """With Landlock: no file writes outside `writable`, no TCP, no signals to other processes; says what held."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    abi = libc.syscall(_LANDLOCK_CREATE_RULESET, None, 0, 1)
-    if abi < 1:
-        return f"none: Landlock is not available ({os.strerror(ctypes.get_errno())})"
-    fs = _FS_WRITES | (_FS_REFER if abi >= 2 else 0) | (_FS_TRUNCATE if abi >= 3 else 0)
-    fields = [fs, _NET_TCP if abi >= 4 else 0, _SCOPES if abi >= 6 else 0]
-    size = 8 * (3 if abi >= 6 else 2 if abi >= 4 else 1)
-    attr = (ctypes.c_uint64 * 3)(*fields)
-    ruleset = libc.syscall(_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), size, 0)
-    if ruleset < 0:
-        return f"none: Landlock refused the ruleset ({os.strerror(ctypes.get_errno())})"
-    try:
-        for path, access in ((writable, fs), (Path("/dev/null"), 1 << 1)):
-            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-            try:
-                rule = _PathBeneath(access, fd)
-                if libc.syscall(_LANDLOCK_ADD_RULE, ruleset, _LANDLOCK_RULE_PATH_BENEATH, ctypes.byref(rule), 0):
-                    return f"none: Landlock refused a rule for {path} ({os.strerror(ctypes.get_errno())})"
-            finally:
-                os.close(fd)
-        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) or libc.syscall(_LANDLOCK_RESTRICT_SELF, ruleset, 0):
-            return f"none: Landlock could not restrict this process ({os.strerror(ctypes.get_errno())})"
-    finally:
-        os.close(ruleset)
-    return f"Landlock ABI {abi}: writes only in its own folder" + ("; no TCP" if abi >= 4 else "")
-
-
 def child_main(argv: list[str]) -> int:
-    """Entry point of the child: confine, read the request from stdin, complete, trial-load, answer on stdout."""
-    isolation = confine(int(argv[0]), int(argv[1]), Path.cwd())
+    """Entry point of the child: read the parent's request from stdin, confine, complete, trial-load, answer on
+    stdout."""
     request = json.loads(sys.stdin.buffer.read())
+    version_dir = Path(request["version_dir"])
+    given = parse_config_json(request["config"])
+    isolation = confine(int(argv[0]), int(argv[1]), Path.cwd(), readable_paths(version_dir, given))
     # imported after confinement: the backends and the files are what is untrusted
     from engine.lifecycle import trial_load
     from engine.repository import complete_config
 
-    version_dir = Path(request["version_dir"])
     try:
-        config = complete_config(request["name"], version_dir.parent, version_dir, parse_config_json(request["config"]))
+        config = complete_config(request["name"], version_dir.parent, version_dir, given)
     except InferaError as exc:
         return _answer({"ok": False, "kind": "invalid", "reason": exc.message})
     try:

@@ -28,8 +28,13 @@ from engine.types import ModelCall, ModelCallResult
 log = logging.getLogger("infera.engine")
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
+# the engine package is imported from its own folder, the project's is never on sys.path: a stub started by a
+# trial load in the sandbox may read the engine's folder, not the project's (which may hold the var folder)
 _BOOT = (
-    "import sys; sys.path.insert(0, sys.argv[1]); "
+    "import importlib.util as u, sys; "
+    "s = u.spec_from_file_location('engine', sys.argv[1] + '/engine/__init__.py', "
+    "submodule_search_locations=[sys.argv[1] + '/engine']); "
+    "sys.modules['engine'] = e = u.module_from_spec(s); s.loader.exec_module(e); "
     "from engine.backends.python_stub import main; sys.exit(main(sys.argv[2:]))"
 )
 # what a stub sees of the server's environment: what runtimes need, never what could hold a secret
@@ -91,7 +96,7 @@ class StubProcess:
         try:
             # bandit B603: our own interpreter (or the model's configured one) on our own module, never a shell
             self.process = subprocess.Popen(  # nosec B603
-                [self.interpreter, "-I", "-c", _BOOT, str(PROJECT_ROOT), *map(str, fds)],
+                [self.interpreter, "-I", "-B", "-c", _BOOT, str(PROJECT_ROOT), *map(str, fds)],
                 pass_fds=fds,
                 env=self.environment,
                 cwd=self.cwd,

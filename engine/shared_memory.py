@@ -18,13 +18,15 @@ once it is unregistered and no copy still uses it. Linux only (it reads /dev/shm
 
 from __future__ import annotations
 
+import asyncio
 import os
 import stat
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -36,6 +38,16 @@ from engine.settings import SharedMemoryLimits
 SHM_ROOT = Path("/dev/shm")  # nosec B108
 # Linux moves at most this many bytes in one read or write call
 _CHUNK = 0x7FFFF000
+# a request copying more than this (all its tensors together) is decoded or encoded on a worker thread, not the loop
+LOOP_COPY_BYTES = 256 * 1024
+T = TypeVar("T")
+
+
+class CopyOffLoop(Exception):  # noqa: N818 - a signal to the front end, not an error anyone sees
+    """A request would copy more shared memory than the event loop should: the front end runs it on a worker thread.
+
+    Not an InferaError: never an answer. The regions that raise it let the next try copy anywhere.
+    """
 
 
 class RegionExists(InvalidArgument):
@@ -156,9 +168,10 @@ class SharedMemoryRegistry:
         self._regions: dict[tuple[str, str], Region] = {}
         self._lock = threading.Lock()
 
-    def of(self, caller: Principal) -> CallerRegions:
-        """The regions `caller` sees, as the codecs look them up."""
-        return CallerRegions(self, caller)
+    def of(self, caller: Principal, *, on_loop: bool = False) -> CallerRegions:
+        """The regions `caller` sees, as the codecs look them up; `on_loop`: the lookups run on the event loop, and
+        a request that would copy more than LOOP_COPY_BYTES there raises CopyOffLoop (run it on a thread instead)."""
+        return CallerRegions(self, caller, on_loop)
 
     def status(self, name: str | None = None, *, caller: Principal = ANONYMOUS) -> list[dict[str, object]]:
         owner = owner_of(caller)
@@ -284,12 +297,33 @@ class SharedMemoryRegistry:
         return SHM_ROOT / cleaned
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CallerRegions:
-    """The regions one caller sees: what a request's `shared_memory_region` parameters are looked up in."""
+    """The regions one caller sees, for one request: what its `shared_memory_region` parameters are looked up in."""
 
     registry: SharedMemoryRegistry
     caller: Principal
+    on_loop: bool = False
+    copied: int = 0  # bytes this request's tensors copy, counted while on the loop
 
-    def get(self, name: str, tensor: str) -> Region:
-        return self.registry.get(name, tensor, caller=self.caller)
+    def get(self, name: str, tensor: str, byte_size: int = 0) -> Region:
+        """The caller's region `name`, for a copy of `byte_size` bytes (CopyOffLoop when too many for the loop)."""
+        region = self.registry.get(name, tensor, caller=self.caller)
+        if self.on_loop:
+            self.copied += byte_size
+            if self.copied > LOOP_COPY_BYTES:
+                self.on_loop = False  # the next try runs on a worker thread
+                raise CopyOffLoop
+        return region
+
+    def start_on_loop(self) -> None:
+        """The next lookups run on the event loop again, with nothing copied yet (a response after its request)."""
+        self.on_loop, self.copied = True, 0
+
+    async def run(self, work: Callable[[], T]) -> T:
+        """`work()` here on the loop, or again on a worker thread when it would copy too much for the loop."""
+        self.start_on_loop()
+        try:
+            return work()
+        except CopyOffLoop:
+            return await asyncio.to_thread(work)

@@ -344,9 +344,16 @@ class GrpcFrontEnd:
             trace.record_tensors("TENSOR_QUEUE_INPUT", request.inputs)
         result = await self.server.infer(request)
         batched = served.config.max_batch_size > 0
-        regions = self.server.shared_memory.of(principal)
-        answer = encode_grpc_response(
-            result, request, messages.ModelInferResponse, batched=batched, shared_memory=regions
+        regions = self.server.shared_memory.of(principal)  # the caller's own; large copies off the loop
+        answer = await regions.run(
+            functools.partial(
+                encode_grpc_response,
+                result,
+                request,
+                messages.ModelInferResponse,
+                batched=batched,
+                shared_memory=regions,
+            )
         )
         if trace is not None:
             trace.mark("REQUEST_END")
@@ -360,19 +367,20 @@ class GrpcFrontEnd:
         started = time.monotonic_ns()
         version = parse_version(message.model_version)
         served = self.server.get_model(message.model_name, version)
+        regions = self.server.shared_memory.of(principal)
         decode = functools.partial(
             decode_grpc_request,
             message,
             served.config,
             model_name=message.model_name,
             model_version=version,
-            shared_memory=self.server.shared_memory.of(principal),
+            shared_memory=regions,
         )
         try:
             if sum(len(raw) for raw in message.raw_input_contents) > DECODE_ON_LOOP_BYTES:
                 request = await asyncio.to_thread(decode)
             else:
-                request = decode()
+                request = await regions.run(decode)  # on a worker thread if it copies much shared memory
         except InferaError:
             served.stats.record_failure(0, protocol="grpc")  # refused before queueing: a failed request (as Triton)
             raise
@@ -398,12 +406,16 @@ class GrpcFrontEnd:
                 answered = InferenceResponse(
                     message.model_name, stream.model_version, response.outputs or {}, id=request.id
                 )
-                answer = encode_grpc_response(
-                    answered,
-                    request,
-                    messages.ModelInferResponse,
-                    batched=served.config.max_batch_size > 0,
-                    shared_memory=self.server.shared_memory.of(principal),
+                regions = self.server.shared_memory.of(principal)
+                answer = await regions.run(
+                    functools.partial(
+                        encode_grpc_response,
+                        answered,
+                        request,
+                        messages.ModelInferResponse,
+                        batched=served.config.max_batch_size > 0,
+                        shared_memory=regions,
+                    )
                 )
                 set_parameter(answer.parameters["triton_final_response"], response.final)
                 await put(messages.ModelStreamInferResponse(infer_response=answer))

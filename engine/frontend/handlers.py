@@ -27,7 +27,7 @@ from engine.protocol import (
     parse_json_object,
 )
 from engine.server import EXTENSIONS, InferenceServer, config_override
-from engine.shared_memory import CallerRegions
+from engine.shared_memory import CallerRegions, CopyOffLoop
 from engine.streams import ResponseStream
 from engine.types import InferenceRequest
 
@@ -154,12 +154,17 @@ async def infer(server: InferenceServer, incoming: Incoming) -> Reply:
     route = incoming.route
     version = parse_version(route.version) if route.version is not None else None
     served = server.get_model(route.model, version)
-    regions = server.shared_memory.of(incoming.principal)  # the caller's own regions, and no one else's
+    off_loop = len(incoming.body) > DECODE_ON_LOOP_BYTES or bool(incoming.content_encoding)
+    # the caller's own shared memory regions, and no one else's
+    regions = server.shared_memory.of(incoming.principal, on_loop=not off_loop)
     try:
-        if len(incoming.body) > DECODE_ON_LOOP_BYTES or incoming.content_encoding:
+        if off_loop:
             request = await asyncio.to_thread(_decode, incoming, served.config, version, regions)
         else:
-            request = _decode(incoming, served.config, version, regions)
+            try:
+                request = _decode(incoming, served.config, version, regions)
+            except CopyOffLoop:  # a small body naming more shared memory than the loop should copy
+                request = await asyncio.to_thread(_decode, incoming, served.config, version, regions)
     except InferaError:
         served.stats.record_failure(0)  # a request refused before queueing is still a failed request (as Triton)
         raise
@@ -168,9 +173,14 @@ async def infer(server: InferenceServer, incoming: Incoming) -> Reply:
         trace.mark("REQUEST_START", started)
         trace.record_tensors("TENSOR_QUEUE_INPUT", request.inputs)
     response = await server.infer(request)
-    payload, header_length = encode_infer_response(
-        response, request, batched=served.config.max_batch_size > 0, shared_memory=regions
-    )
+    batched = served.config.max_batch_size > 0
+    regions.start_on_loop()
+    try:
+        payload, header_length = encode_infer_response(response, request, batched=batched, shared_memory=regions)
+    except CopyOffLoop:  # outputs into shared memory, more than the loop should copy
+        payload, header_length = await asyncio.to_thread(
+            encode_infer_response, response, request, batched=batched, shared_memory=regions
+        )
     if trace is not None:
         trace.mark("REQUEST_END")
         trace.record_tensors("TENSOR_BACKEND_OUTPUT", response.outputs)

@@ -349,7 +349,7 @@ def shared_memory_range(
         )
     if shared_memory is None:
         raise InvalidArgument(f"tensor '{name}' uses shared memory, which this front end does not serve")
-    found = shared_memory.get(region, name)
+    found = shared_memory.get(region, name, size)
     found.check_range(offset, size, name)
     return found, offset, size
 

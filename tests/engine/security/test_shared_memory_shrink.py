@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import numpy as np
+import orjson
 import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
@@ -135,3 +136,89 @@ def test_a_shrunk_output_region_answers_400_and_the_server_lives(server):
         finally:
             client.unregister_system_shared_memory("shrinking_out")
     assert_still_serving(running, client)
+
+
+ROWS = 8 * 1024  # 2 x 512 KiB of INT32 in, 512 KiB out: each copy over what the loop may do
+SIZE = ROWS * 16 * 4
+
+
+@pytest.fixture
+async def big_engine(tmp_path, monkeypatch):
+    """An engine serving `simple` with room for ROWS rows, and a list of (copy, thread) of each shm copy it makes."""
+    from engine.server import InferenceServer
+    from engine.shared_memory import Region
+
+    make_simple_onnx(tmp_path, name="simple", max_batch_size=ROWS)
+    server = InferenceServer(tmp_path, gpu_count=0)
+    await server.start()
+    copies: list[tuple[str, str]] = []
+    for method in ("read", "write"):
+        original = getattr(Region, method)
+
+        def recording(self, *args, _original=original, _method=method):
+            copies.append((_method, threading.current_thread().name))
+            return _original(self, *args)
+
+        monkeypatch.setattr(Region, method, recording)
+    yield server, copies
+    await server.stop()
+
+
+def assert_copied_off_the_loop(copies: list[tuple[str, str]]) -> None:
+    assert [method for method, _ in copies] == ["read", "read", "write"]
+    assert all(thread != threading.current_thread().name for _, thread in copies), copies
+
+
+async def test_it_copies_large_shared_memory_tensors_off_the_event_loop(big_engine):
+    """A copy costs what its bytes cost now (no mapping): a small body naming a big region must not stall the loop."""
+    from engine.frontend import V2App
+    from tests.engine.frontend.asgi_client import call
+
+    server, copies = big_engine
+    app = V2App(server)
+    with shm_object(SIZE * 3) as (key, _):
+        register = orjson.dumps({"key": key, "offset": 0, "byte_size": SIZE * 3})
+        assert (await call(app, "POST", "/v2/systemsharedmemory/region/big/register", register)).status == 200
+
+        def placed(index: int) -> dict:
+            return {
+                "shared_memory_region": "big",
+                "shared_memory_byte_size": SIZE,
+                "shared_memory_offset": SIZE * index,
+            }
+
+        body = {
+            "inputs": [
+                {"name": f"INPUT{i}", "datatype": "INT32", "shape": [ROWS, 16], "parameters": placed(i)} for i in (0, 1)
+            ],
+            "outputs": [{"name": "OUTPUT0", "parameters": placed(2)}],
+        }
+        answer = await call(app, "POST", "/v2/models/simple/infer", orjson.dumps(body))
+        assert answer.status == 200, answer.body
+    assert_copied_off_the_loop(copies)
+
+
+async def test_over_grpc_it_copies_large_shared_memory_tensors_off_the_event_loop(big_engine):
+    import tritonclient.grpc as grpcclient
+    import tritonclient.grpc.aio as aioclient
+
+    from engine.frontend.grpc_server import GrpcFrontEnd
+    from engine.settings import GrpcSettings
+
+    server, copies = big_engine
+    front_end = GrpcFrontEnd(server, GrpcSettings(port=0, shutdown_grace_seconds=1))
+    await front_end.start()
+    client = aioclient.InferenceServerClient(f"127.0.0.1:{front_end.port}")
+    try:
+        with shm_object(SIZE * 3) as (key, _):
+            await client.register_system_shared_memory("big", key, SIZE * 3)
+            inputs = [grpcclient.InferInput(f"INPUT{i}", [ROWS, 16], "INT32") for i in (0, 1)]
+            for index, infer_input in enumerate(inputs):
+                infer_input.set_shared_memory("big", SIZE, offset=SIZE * index)
+            output = grpcclient.InferRequestedOutput("OUTPUT0")
+            output.set_shared_memory("big", SIZE, offset=SIZE * 2)
+            await client.infer("simple", inputs, outputs=[output])
+    finally:
+        await client.close()
+        await front_end.stop()
+    assert_copied_off_the_loop(copies)

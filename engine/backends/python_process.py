@@ -1,7 +1,9 @@
 """The server's handle on one python model stub process: start it, ask it, relay what it asks, notice it die.
 
-The stub is a fresh interpreter (`python -I`, or the model's EXECUTION_ENV_PATH interpreter) with an environment
-holding no secret of the server's; it inherits one end of a socketpair and two memfd regions and nothing else.
+The stub is a fresh interpreter (`python -I -B`, or the model's EXECUTION_ENV_PATH interpreter) with an environment
+built from an allow-list (no token, no cache folder of the server's, a HOME of its own that goes with it); it
+inherits one end of a socketpair and two memfd regions and nothing else, and gives up every capability as it
+boots, so a stub of a root server cannot read the server's /proc/<pid>/environ or memory.
 One reader thread per stub takes its messages: answers to what the server asked, and BLS calls, metric updates
 and log lines from model code, which go to the instance's EngineModelHost.
 """
@@ -10,9 +12,12 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+import shutil
 import socket
 import subprocess  # nosec B404
 import sys
+import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -35,11 +40,28 @@ _BOOT = (
     "s = u.spec_from_file_location('engine', sys.argv[1] + '/engine/__init__.py', "
     "submodule_search_locations=[sys.argv[1] + '/engine']); "
     "sys.modules['engine'] = e = u.module_from_spec(s); s.loader.exec_module(e); "
+    "from engine.confinement import drop_capabilities; drop_capabilities(); "
     "from engine.backends.python_stub import main; sys.exit(main(sys.argv[2:]))"
 )
-# what a stub sees of the server's environment: what runtimes need, never what could hold a secret
-PASSED_VARIABLES = ("PATH", "LANG", "LANGUAGE", "TZ", "HOME", "TMPDIR", "LD_LIBRARY_PATH", "PYTHONHASHSEED")
-PASSED_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "OMP_", "MKL_", "OPENBLAS_", "KMP_", "TORCH_", "HF_", "XDG_")
+# what a stub sees of the server's environment: an allow-list of what runtimes need, never what could hold a secret
+PASSED_VARIABLES = (
+    "PATH",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "TMPDIR",
+    "LD_LIBRARY_PATH",
+    "PYTHONHASHSEED",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+    "NVIDIA_VISIBLE_DEVICES",
+    "NVIDIA_DRIVER_CAPABILITIES",
+)
+PASSED_PREFIXES = ("LC_", "CUDA_")
+# a name like these never passes, whatever its prefix (CUDA_..._TOKEN)
+SECRET_WORDS = re.compile(r"TOKEN|SECRET|PASSW|KEY|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE", re.IGNORECASE)
 
 
 class StubDied(Exception):
@@ -51,8 +73,11 @@ class StubDied(Exception):
 
 
 def stub_environment(device_kind: str, device_id: int) -> dict[str, str]:
+    """A stub's environment, built from the allow-list; its HOME (a folder of its own) is added when it starts."""
     environment = {
-        key: value for key, value in os.environ.items() if key in PASSED_VARIABLES or key.startswith(PASSED_PREFIXES)
+        key: value
+        for key, value in os.environ.items()
+        if (key in PASSED_VARIABLES or key.startswith(PASSED_PREFIXES)) and not SECRET_WORDS.search(key)
     }
     environment["PYTHONDONTWRITEBYTECODE"] = "1"
     if device_kind == "GPU":
@@ -79,6 +104,7 @@ class StubProcess:
         self.environment = environment if environment is not None else stub_environment("CPU", 0)
         self.cwd = cwd
         self.on_death = on_death
+        self.home: Path | None = None  # the stub's HOME, made when it starts, removed once it has ended
         self.process: subprocess.Popen | None = None
         self.channel: Channel | None = None
         self.closing = False
@@ -89,6 +115,7 @@ class StubProcess:
         self._bls_lock = threading.Lock()
 
     def start(self) -> None:
+        self.home = Path(tempfile.mkdtemp(prefix=f"infera-stub-{self.label}-"))
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         to_stub = Region.create(f"infera-{self.label}-in")
         to_server = Region.create(f"infera-{self.label}-out")
@@ -98,7 +125,7 @@ class StubProcess:
             self.process = subprocess.Popen(  # nosec B603
                 [self.interpreter, "-I", "-B", "-c", _BOOT, str(PROJECT_ROOT), *map(str, fds)],
                 pass_fds=fds,
-                env=self.environment,
+                env=dict(self.environment, HOME=str(self.home)),
                 cwd=self.cwd,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # a signal to the server's group does not reach model code first
@@ -107,6 +134,7 @@ class StubProcess:
             ours.close()
             to_stub.close()
             to_server.close()
+            self._remove_home()
             raise StubDied(f"the stub process could not start: {exc}") from exc
         finally:
             theirs.close()
@@ -160,6 +188,13 @@ class StubProcess:
         if self.channel is not None:
             self.channel.close()
             self.channel = None
+        if self.process is not None and self.process.poll() is not None:
+            self._remove_home()
+
+    def _remove_home(self) -> None:
+        home, self.home = self.home, None
+        if home is not None:
+            shutil.rmtree(home, ignore_errors=True)
 
     def exit_reason(self) -> str:
         code = self.process.poll() if self.process is not None else None
@@ -178,6 +213,8 @@ class StubProcess:
             self.exchange.serve()
         reason = self.exit_reason()
         self.dead = reason
+        if self.process is not None and self.process.poll() is not None:
+            self._remove_home()
         if not self.closing and self.on_death is not None:
             self.on_death(reason)
 

@@ -13,6 +13,7 @@ its first response, the stream's latency); a shadow is refused for them, having 
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 import threading
 import time
@@ -25,6 +26,9 @@ import numpy as np
 from engine.errors import InvalidArgument
 
 MODES = ("active", "canary", "shadow")
+MAX_WEIGHT = 100.0  # a canary's weights are shares of 0 to 100 ({"1": 90, "2": 10}; {"1": 0.9, "2": 0.1} works too)
+MAX_WINDOW_SECONDS = 86_400.0  # the rollback guard's window: a day at most
+MAX_MIN_REQUESTS = 1_000_000
 STICKY_PARAMETER = "sticky_key"  # the request parameter that keeps one client on one version
 SAMPLED_DISAGREEMENTS = 20
 
@@ -74,7 +78,7 @@ def policy_from_dict(data: dict[str, Any]) -> TrafficPolicy:
     try:
         weights = {int(version): float(weight) for version, weight in (data.get("weights") or {}).items()}
         candidate = data.get("candidate")
-        return TrafficPolicy(
+        policy = TrafficPolicy(
             mode=str(data.get("mode", "active")),
             weights=weights,
             candidate=int(candidate) if candidate is not None else None,
@@ -84,8 +88,39 @@ def policy_from_dict(data: dict[str, Any]) -> TrafficPolicy:
             rollback_window_seconds=float(data.get("rollback_window_seconds", 60.0)),
             rollback_min_requests=int(data.get("rollback_min_requests", 20)),
         )
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:
         raise InvalidArgument(f"traffic policy: {exc}") from None
+    check_values(policy)
+    return policy
+
+
+def check_values(policy: TrafficPolicy, prefix: str = "traffic policy") -> None:
+    """InvalidArgument naming the field when a number of the policy is out of its range (or not finite: 1e308, inf,
+    nan weights once made every canary draw nonsense)."""
+    for version, weight in policy.weights.items():
+        if not (math.isfinite(weight) and 0 <= weight <= MAX_WEIGHT):
+            raise InvalidArgument(
+                f"{prefix}: the weight of version {version} must be from 0 to {MAX_WEIGHT:g}, got {weight}"
+            )
+        if version < 1:
+            raise InvalidArgument(f"{prefix}: weights name versions, numbered from 1; got {version}")
+    if not (math.isfinite(policy.shadow_share) and 0 < policy.shadow_share <= 1):
+        raise InvalidArgument(f"{prefix}: shadow_share must be in (0, 1], got {policy.shadow_share}")
+    rate = policy.rollback_error_rate
+    if rate is not None and not (math.isfinite(rate) and 0 <= rate <= 1):
+        raise InvalidArgument(f"{prefix}: rollback_error_rate must be in [0, 1], got {rate}")
+    p99 = policy.rollback_p99_ms
+    if p99 is not None and not (math.isfinite(p99) and p99 >= 0):
+        raise InvalidArgument(f"{prefix}: rollback_p99_ms must be a number of milliseconds, 0 or more, got {p99}")
+    window = policy.rollback_window_seconds
+    if not (math.isfinite(window) and 0 < window <= MAX_WINDOW_SECONDS):
+        raise InvalidArgument(
+            f"{prefix}: rollback_window_seconds must be over 0 and at most {MAX_WINDOW_SECONDS:g}, got {window}"
+        )
+    if not 1 <= policy.rollback_min_requests <= MAX_MIN_REQUESTS:
+        raise InvalidArgument(
+            f"{prefix}: rollback_min_requests must be from 1 to {MAX_MIN_REQUESTS}, got {policy.rollback_min_requests}"
+        )
 
 
 def _optional_float(value: Any) -> float | None:
@@ -105,23 +140,20 @@ def check_policy(
             f"{prefix}: a shadow compares each request's one answer from two versions, and '{model}' is decoupled "
             "(it streams any number of responses per request); a canary can split its streams between versions"
         )
+    check_values(policy, prefix)
     if policy.mode == "canary":
         if len(policy.weights) < 2:
             raise InvalidArgument(f"{prefix}: a canary needs weights for two or more versions")
-        if any(weight < 0 for weight in policy.weights.values()) or sum(policy.weights.values()) <= 0:
-            raise InvalidArgument(f"{prefix}: weights must not be negative and must not all be zero")
+        if sum(policy.weights.values()) <= 0:
+            raise InvalidArgument(f"{prefix}: weights must not all be zero")
     if policy.mode == "shadow":
         if policy.candidate is None:
             raise InvalidArgument(f"{prefix}: a shadow needs a candidate version")
         if policy.candidate == active:
             raise InvalidArgument(f"{prefix}: the candidate {policy.candidate} is the active version")
-        if not 0 < policy.shadow_share <= 1:
-            raise InvalidArgument(f"{prefix}: shadow_share must be in (0, 1], got {policy.shadow_share}")
     missing = sorted(policy.versions() - ready)
     if missing:
         raise InvalidArgument(f"{prefix}: version {missing[0]} is not READY")
-    if policy.rollback_error_rate is not None and not 0 <= policy.rollback_error_rate <= 1:
-        raise InvalidArgument(f"{prefix}: rollback_error_rate must be in [0, 1]")
 
 
 class TrafficRouter:

@@ -243,7 +243,7 @@ class TrafficPolicySerializer(serializers.Serializer):
     weights = serializers.DictField(
         child=serializers.FloatField(),
         required=False,
-        help_text='canary: version number -> weight, e.g. {"1": 90, "2": 10}; every version READY',
+        help_text='canary: version number -> weight from 0 to 100, e.g. {"1": 90, "2": 10}; every version READY',
     )
     candidate = serializers.IntegerField(
         required=False, allow_null=True, min_value=1, help_text="shadow: the READY version that runs the copies"

@@ -658,8 +658,13 @@ ACTIVE_POLICY = TrafficPolicy().to_dict()
 
 
 def traffic_policy_of(model: RegisteredModel) -> TrafficPolicy:
-    """The model's desired traffic policy (every request to the active version when none was set)."""
-    return policy_from_dict(model.traffic_policy or {})
+    """The model's desired traffic policy (every request to the active version when none was set, or when the one
+    stored is out of today's ranges: the engine refuses to put it in force)."""
+    try:
+        return policy_from_dict(model.traffic_policy or {})
+    except InferaError as exc:
+        logger.warning("model '%s': its stored traffic policy is refused: %s", model.name, exc.message)
+        return TrafficPolicy()
 
 
 def set_traffic_policy(actor: Any, model: RegisteredModel, data: Any) -> RegisteredModel:

@@ -61,7 +61,7 @@ def test_it_stores_a_canary_audited_in_the_engines_form(as_operator, slash):
         ({"mode": "canary", "weights": {"1": 50, "3": 50}}, "version 3 is not READY"),
         ({"mode": "canary", "weights": {"1": 50, "9": 50}}, "version 9 is not READY"),
         ({"mode": "canary", "weights": {"1": 100}}, "a canary needs weights for two or more versions"),
-        ({"mode": "canary", "weights": {"1": -1, "2": 2}}, "weights must not be negative"),
+        ({"mode": "canary", "weights": {"1": -1, "2": 2}}, "the weight of version 1 must be from 0 to 100"),
         ({"mode": "shadow"}, "a shadow needs a candidate version"),
         ({"mode": "shadow", "candidate": 1}, "the candidate 1 is the active version"),
         ({"mode": "shadow", "candidate": 2, "shadow_share": 1.5}, "shadow_share must be in (0, 1], got 1.5"),

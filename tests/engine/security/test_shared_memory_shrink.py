@@ -65,6 +65,20 @@ def test_it_reads_a_copy_that_a_later_write_to_the_object_does_not_change():
         registry.close()
 
 
+def test_it_keeps_a_descriptor_open_until_the_copy_using_it_ends():
+    """Closed under a copy, the descriptor's number could be reused by another file (the database) and read from."""
+    registry = SharedMemoryRegistry()
+    with shm_object() as (key, _):
+        registry.register("io", key, 0, 256)
+        region = registry.get("io", "INPUT0")
+        with region._descriptor() as descriptor:  # a copy under way on another thread
+            registry.unregister("io")
+            assert os.fstat(descriptor).st_size == 256  # still this object, still open
+        assert region.descriptor == -1
+        with pytest.raises(InvalidArgument, match="'io' was unregistered"):
+            region.read(0, 64, "INPUT0")
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory):
     """`manage.py serve` with its defaults (loopback, no token) serving `simple` and `other`."""
@@ -98,43 +112,28 @@ def assert_still_serving(server, client: httpclient.InferenceServerClient) -> No
 
 
 @pytest.mark.server
-def test_a_shrunk_input_region_answers_400_and_the_server_lives(server):
+@pytest.mark.parametrize("side", ["input", "output"])
+def test_a_shrunk_region_answers_400_naming_it_and_the_server_lives(server, side):
     running, client = server
+    region = f"shrinking_{side}"
     with shm_object() as (key, descriptor):
-        client.register_system_shared_memory("shrinking_in", key, 256)
+        client.register_system_shared_memory(region, key, 256)
         try:
             os.ftruncate(descriptor, 0)
-            inputs = [
-                httpclient.InferInput("INPUT0", [1, 16], "INT32"),
-                httpclient.InferInput("INPUT1", [1, 16], "INT32"),
-            ]
-            inputs[0].set_shared_memory("shrinking_in", 64)
-            inputs[1].set_shared_memory("shrinking_in", 64, offset=64)
+            inputs, outputs = plain_inputs(), None
+            if side == "input":
+                inputs[0].set_shared_memory(region, 64)
+                inputs[1].set_shared_memory(region, 64, offset=64)
+            else:
+                outputs = [httpclient.InferRequestedOutput("OUTPUT0", binary_data=True)]
+                outputs[0].set_shared_memory(region, 64, offset=128)
             with pytest.raises(InferenceServerException) as refused:
-                client.infer("simple", inputs)
+                client.infer("simple", inputs, outputs=outputs)
             assert refused.value.status() == "400"
-            assert "'shrinking_in'" in refused.value.message() and "shrank" in refused.value.message()
+            assert f"'{region}'" in refused.value.message() and "shrank" in refused.value.message()
+            assert os.fstat(descriptor).st_size == 0  # a refused output is not written past the end either
         finally:
-            client.unregister_system_shared_memory("shrinking_in")
-    assert_still_serving(running, client)
-
-
-@pytest.mark.server
-def test_a_shrunk_output_region_answers_400_and_the_server_lives(server):
-    running, client = server
-    with shm_object() as (key, descriptor):
-        client.register_system_shared_memory("shrinking_out", key, 256)
-        try:
-            os.ftruncate(descriptor, 0)
-            output = httpclient.InferRequestedOutput("OUTPUT0", binary_data=True)
-            output.set_shared_memory("shrinking_out", 64, offset=128)
-            with pytest.raises(InferenceServerException) as refused:
-                client.infer("simple", plain_inputs(), outputs=[output])
-            assert refused.value.status() == "400"
-            assert "'shrinking_out'" in refused.value.message() and "shrank" in refused.value.message()
-            assert os.fstat(descriptor).st_size == 0
-        finally:
-            client.unregister_system_shared_memory("shrinking_out")
+            client.unregister_system_shared_memory(region)
     assert_still_serving(running, client)
 
 

@@ -80,7 +80,12 @@ class V2App:
             elif kind == "websocket":
                 await send({"type": "websocket.close", "code": 1008})
             return
-        reply = await self.respond(scope, receive)
+        if scope["method"] == "POST" and scope["path"].endswith("/infer"):
+            reply = await _answer_while_connected(self.respond, scope, receive)
+            if reply is None:
+                return  # its client went away: no one to answer
+        else:
+            reply = await self.respond(scope, receive)
         if isinstance(reply, StreamReply):
             await send_stream(send, receive, reply)
         else:
@@ -250,6 +255,43 @@ async def send_stream(send: Send, receive: Receive, reply: StreamReply) -> None:
     finally:
         gone.remove_done_callback(client_left)
         gone.cancel()
+
+
+async def _answer_while_connected(
+    respond: Callable[[Scope, Receive], Awaitable[Reply | StreamReply]], scope: Scope, receive: Receive
+) -> Reply | StreamReply | None:
+    """An inference's answer, or None when its client disconnected first: once the body is read, a client that
+    goes away cancels the request, as a direct answer's does (engine.frontend.direct_http), so a sequence START
+    still queued leaves its backlog (engine.sequence_dispatch)."""
+    task = asyncio.current_task()
+    watcher: asyncio.Future | None = None
+    answering, left = True, False
+
+    def client_left(done: asyncio.Future) -> None:
+        nonlocal left
+        if answering and not done.cancelled() and done.exception() is None and task is not None:
+            left = True
+            task.cancel()
+
+    async def receive_then_watch() -> dict[str, Any]:
+        nonlocal watcher
+        message = await receive()
+        if watcher is None and message["type"] == "http.request" and not message.get("more_body", False):
+            watcher = asyncio.ensure_future(_disconnected(receive))
+            watcher.add_done_callback(client_left)
+        return message
+
+    try:
+        return await respond(scope, receive_then_watch)
+    except asyncio.CancelledError:
+        if not left or task is None:
+            raise  # cancelled from outside (the server stopping), not by the client leaving
+        task.uncancel()
+        return None
+    finally:
+        answering = False
+        if watcher is not None:
+            watcher.cancel()
 
 
 async def _disconnected(receive: Receive) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,15 +46,19 @@ async def call(
         "server": ("127.0.0.1", 8000),
     }
     sent: list[dict[str, Any]] = []
+    answered = asyncio.Event()
 
     async def receive() -> dict[str, Any]:
         if pieces:
             piece = pieces.pop(0)
             return {"type": "http.request", "body": piece, "more_body": bool(pieces)}
+        await answered.wait()  # as a server's: the client stays until its answer is whole
         return {"type": "http.disconnect"}
 
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
+        if message["type"] == "http.response.body" and not message.get("more_body", False):
+            answered.set()
 
     await app(scope, receive, send)
     start = next(m for m in sent if m["type"] == "http.response.start")

@@ -9,6 +9,7 @@ sockets that send and close, a cancelled gRPC call).
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import time
 import urllib.request
@@ -201,6 +202,35 @@ def test_forty_clients_that_start_and_disconnect_leave_the_backlog_and_a_start_i
         answer = client.infer("one_slot", value(5), sequence_id=2, sequence_start=True)
         assert int(answer.as_numpy("OUTPUT")[0, 0]) == 5
         client.infer("one_slot", value(0), sequence_id=2, sequence_end=True)
+
+
+def send_large_start_and_keep_the_socket(url: str, sid: int) -> socket.socket:
+    """A START whose body is over what uvicorn's protocol answers directly (its ASGI cycle reads it), then gone."""
+    request = {
+        "inputs": [{"name": "INPUT", "shape": [1, 1], "datatype": "INT32", "data": [1]}],
+        "parameters": {"sequence_id": sid, "sequence_start": True},
+    }
+    body = json.dumps(request).encode() + b" " * (128 * 1024)
+    host, port = url.split(":")
+    head = (
+        f"POST /v2/models/one_slot/infer HTTP/1.1\r\nHost: {url}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    )
+    sock = socket.create_connection((host, int(port)), timeout=10)
+    sock.sendall(head.encode() + body)
+    return sock
+
+
+@pytest.mark.server
+def test_a_large_start_whose_client_disconnects_leaves_the_backlog(served: Served):
+    url = served.http_url
+    with httpclient.InferenceServerClient(url, network_timeout=120) as client:
+        client.infer("one_slot", value(1), sequence_id=5, sequence_start=True)  # holds the only slot
+        sock = send_large_start_and_keep_the_socket(url, 6)
+        wait_for_backlog(url, 1)
+        sock.close()
+        wait_for_backlog(url, 0)
+        client.infer("one_slot", value(1), sequence_id=5, sequence_end=True)
 
 
 @pytest.mark.server

@@ -3,10 +3,14 @@ process's /proc, no Unix socket; the reason it gives back is bounded and printab
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import socket
 import sqlite3
 import unicodedata
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -14,6 +18,7 @@ import pytest
 from engine.confinement import landlock_abi
 from engine.errors import LoadError
 from engine.sandbox import MAX_REASON_CHARS, MAX_REASON_LINES
+from tests.conftest import ADMIN_PASSWORD, manage_command, serve_process
 from tests.engine.model_factory import make_simple_onnx
 from tests.engine.security.test_sandbox import python_model, trial
 
@@ -124,3 +129,49 @@ def test_a_model_reads_its_own_version_folder(var_dir):
     version = python_model(var_dir / "models", "open(os.path.join(args['model_repository'], '1', 'weights')).read()")
     (version / "weights").write_text("0.5")
     trial(version)
+
+
+HOSTILE_MODEL = """
+import os, socket
+
+found = []
+for attempt in (
+    lambda: open({secret!r}).read(),
+    lambda: open({database!r}, "rb").read(200),
+    lambda: open("/proc/{server}/environ", "rb").read(),
+    lambda: socket.socket(socket.AF_UNIX).connect("/var/run/postgresql/.s.PGSQL.5432"),
+):
+    try:
+        found.append(repr(attempt()))
+    except OSError as exc:
+        found.append(type(exc).__name__)
+raise RuntimeError(" ".join(found) + "\\x1b[2J" + "x" * 50_000)
+"""
+
+
+@pytest.mark.server
+@pytest.mark.slow
+def test_a_real_server_trial_loads_a_hostile_upload_in_the_confined_child(tmp_path):
+    """Through `manage.py serve` and /v2's repository load, as an admin (python models need one)."""
+    var_dir = tmp_path / "var"
+    with serve_process(var_dir, "--no-seed", env={"INFERA_DISABLE_NVML": "1"}) as server:
+        key = manage_command(var_dir, {})("issue_token", "admin")
+        source = HOSTILE_MODEL.format(
+            secret=str(var_dir / "secret_key"), database=str(var_dir / "infera.sqlite3"), server=server.process.pid
+        )
+        config = {"backend": "python", "max_batch_size": 0}
+        config |= {"input": [{"name": "IN", "data_type": "TYPE_FP32", "dims": [1]}]}
+        config |= {"output": [{"name": "OUT", "data_type": "TYPE_FP32", "dims": [1]}]}
+        body = {"config": json.dumps(config), "file:1/model.py": base64.b64encode(source.encode()).decode()}
+        request = urllib.request.Request(
+            server.base_url + "/v2/repository/models/hostile/load",
+            data=json.dumps({"parameters": body}).encode(),
+            headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+        )
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=120)
+        answer = refused.value.read().decode()
+        secret = (var_dir / "secret_key").read_text().strip()
+    assert "PermissionError PermissionError PermissionError PermissionError" in answer, answer[:500]
+    assert secret not in answer and ADMIN_PASSWORD not in answer and "\x1b" not in answer
+    assert len(answer) < MAX_REASON_CHARS + 500

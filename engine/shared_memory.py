@@ -38,6 +38,8 @@ from engine.settings import SharedMemoryLimits
 SHM_ROOT = Path("/dev/shm")  # nosec B108
 # Linux moves at most this many bytes in one read or write call
 _CHUNK = 0x7FFFF000
+NAME_MAX = 255  # the longest file name /dev/shm holds: a longer key names no object
+MAX_NAME_CHARS = 256  # a region's name, kept as long as the region is
 # a request copying more than this (all its tensors together) is decoded or encoded on a worker thread, not the loop
 LOOP_COPY_BYTES = 256 * 1024
 T = TypeVar("T")
@@ -187,6 +189,11 @@ class SharedMemoryRegistry:
         """Keep a descriptor on `byte_size` bytes at `offset` of the object `key`; refuse what does not fit."""
         if not name:
             raise InvalidArgument("a shared memory region needs a name")
+        if len(name) > MAX_NAME_CHARS:
+            raise InvalidArgument(
+                f"failed to register shared memory region '{name[:40]}...': a region's name may be at most "
+                f"{MAX_NAME_CHARS} characters, got {len(name)}"
+            )
         if offset < 0 or byte_size <= 0:
             raise InvalidArgument(
                 f"failed to register shared memory region '{name}': offset must be 0 or more and byte_size more "
@@ -290,9 +297,11 @@ class SharedMemoryRegistry:
     @staticmethod
     def _path(name: str, key: str) -> Path:
         cleaned = key.lstrip("/")
-        if not cleaned or "/" in cleaned or cleaned in (".", ".."):
+        if not cleaned or "/" in cleaned or "\x00" in cleaned or cleaned in (".", "..") or len(cleaned) > NAME_MAX:
+            shown = key if len(key) <= NAME_MAX else f"{key[:40]}..."
             raise InvalidArgument(
-                f"failed to register shared memory region '{name}': '{key}' is not a shared memory key"
+                f"failed to register shared memory region '{name}': '{shown}' is not a shared memory key "
+                f"(one name of 1 to {NAME_MAX} characters, after an optional '/')"
             )
         return SHM_ROOT / cleaned
 

@@ -100,6 +100,19 @@ def test_it_refuses_an_object_another_caller_registered():
         registry.close()
 
 
+@pytest.mark.parametrize("key", ["/a\x00b", "/" + "k" * 256])
+def test_it_refuses_a_key_no_shared_memory_object_can_have(key):
+    with pytest.raises(InvalidArgument, match="is not a shared memory key"):
+        SharedMemoryRegistry().register("region", key, 0, 64, caller=ALICE)
+
+
+def test_it_bounds_a_regions_name():
+    """A region's name is kept as long as the region: 1024 names of 64 MB (a gRPC message) would be 64 GB."""
+    with shm_object() as (key, _):
+        with pytest.raises(InvalidArgument, match="at most 256 characters"):
+            SharedMemoryRegistry().register("n" * 257, key, 0, 64, caller=ALICE)
+
+
 def test_it_scopes_names_status_and_unregister_to_the_caller():
     registry = SharedMemoryRegistry()
     with shm_object() as (key, _), shm_object() as (other_key, _):

@@ -50,7 +50,9 @@ def limit_request_bodies(server: Any, settings: InferaSettings, *, v2_needs_toke
             if not length or method not in body_gate.BODY_METHODS:
                 return
             upload = bool(body_gate.UPLOAD_PATH.match(path))
-            if is_engine_path(path):
+            if path.startswith("/v1/"):  # OpenAI bodies are parsed on the loop: their own, smaller bound
+                limit = min(settings.engine.openai.max_body_bytes, settings.engine.max_body_bytes)
+            elif is_engine_path(path):
                 limit = settings.engine.max_body_bytes
             else:
                 limit = (

@@ -340,6 +340,9 @@ class OpenAIApp:
         if method != "POST":
             raise OpenAIError(f"method {method} is not allowed; use POST", 405)
         check_same_origin(scope, self.trusted_origins)
+        declared = next((value for name, value in scope.get("headers", ()) if name.lower() == b"content-length"), b"")
+        if declared.isdigit() and int(declared) > self.max_body_bytes:  # refused before a byte of the body is read
+            raise OpenAIError(f"request body exceeds the limit of {self.max_body_bytes} bytes", 413)
         body = await read_body(receive, self.max_body_bytes)
         answer = await complete(self.server, body, chat=path.endswith("/chat/completions"))
         return answer if isinstance(answer, StreamReply) else Reply(200, answer)

@@ -19,6 +19,7 @@ from engine.confinement import landlock_abi
 from engine.errors import LoadError
 from engine.sandbox import MAX_REASON_CHARS, MAX_REASON_LINES
 from tests.conftest import ADMIN_PASSWORD, manage_command, serve_process
+from tests.engine.backends.test_python import unpacked_environment
 from tests.engine.model_factory import make_simple_onnx
 from tests.engine.security.test_sandbox import python_model, trial
 
@@ -175,3 +176,12 @@ def test_a_real_server_trial_loads_a_hostile_upload_in_the_confined_child(tmp_pa
     assert "PermissionError PermissionError PermissionError PermissionError" in answer, answer[:500]
     assert secret not in answer and ADMIN_PASSWORD not in answer and "\x1b" not in answer
     assert len(answer) < MAX_REASON_CHARS + 500
+
+
+def test_a_python_model_on_its_own_environment_still_trial_loads(var_dir):
+    version = python_model(var_dir / "models", "import numpy")
+    unpacked_environment(version.parent / "env")
+    config = version.parent / "config.pbtxt"
+    extra = 'parameters: { key: "EXECUTION_ENV_PATH" value: { string_value: "$$TRITON_MODEL_DIRECTORY/env" } }'
+    config.write_text(config.read_text() + "\n" + extra + "\n")
+    trial(version)

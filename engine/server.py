@@ -67,7 +67,7 @@ class InferenceServer:
         self.manager = ModelManager(
             gpus=_gpus(gpu_count),
             services=self.model_services,
-            sequence_max_backlog=self.settings.sequence_max_backlog,
+            sequence_limits=self.settings.sequences,
         )
         self.name = self.settings.server_name
         self.version = __version__

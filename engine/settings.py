@@ -201,6 +201,16 @@ def read_trace_limits(env: Mapping[str, str]) -> TraceLimits:
 
 
 @dataclass(frozen=True)
+class SequenceLimits:
+    """How many sequences of one model version may wait for a slot, and how many one caller may have open."""
+
+    max_backlog: int = 256  # INFERA_SEQUENCE_MAX_BACKLOG: sequences waiting for a slot (or an instance); past it 503
+    # INFERA_SEQUENCE_MAX_PER_CALLER: sequences one token, user or anonymous address has open (slots and backlog
+    # together) on one model version; past it 429. 0: no limit
+    max_per_caller: int = 128
+
+
+@dataclass(frozen=True)
 class EngineSettings:
     """Everything the engine reads from the environment, read once."""
 
@@ -223,7 +233,7 @@ class EngineSettings:
     shared_memory: SharedMemoryLimits = field(default_factory=SharedMemoryLimits)
     # after SIGTERM: how long in-flight requests may take to finish, and then models to unload (Kubernetes gives 30 s)
     shutdown_grace_seconds: int = 25
-    sequence_max_backlog: int = 256  # INFERA_SEQUENCE_MAX_BACKLOG: sequences a model version keeps waiting for a slot
+    sequences: SequenceLimits = field(default_factory=SequenceLimits)
 
     @property
     def anonymous_may_load_code(self) -> bool:
@@ -315,7 +325,10 @@ def read_engine_settings(environ: Mapping[str, str] | None = None) -> EngineSett
         shutdown_grace_seconds=read_int(
             "INFERA_SHUTDOWN_GRACE_SECONDS", EngineSettings.shutdown_grace_seconds, env, maximum=3600
         ),
-        sequence_max_backlog=read_int(
-            "INFERA_SEQUENCE_MAX_BACKLOG", EngineSettings.sequence_max_backlog, env, minimum=0, maximum=1_000_000
+        sequences=SequenceLimits(
+            max_backlog=read_int(
+                "INFERA_SEQUENCE_MAX_BACKLOG", SequenceLimits.max_backlog, env, minimum=0, maximum=1_000_000
+            ),
+            max_per_caller=read_int("INFERA_SEQUENCE_MAX_PER_CALLER", SequenceLimits.max_per_caller, env),
         ),
     )

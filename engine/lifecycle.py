@@ -20,8 +20,8 @@ from engine.ensemble import EnsembleDispatcher, EnsemblePlan
 from engine.errors import LoadError, ModelNotFound, Unavailable
 from engine.instances import ModelInstance
 from engine.names import without_folders
-from engine.schedulers.sequence import DEFAULT_MAX_BACKLOG
 from engine.sequence_dispatch import SequenceDispatcher
+from engine.settings import SequenceLimits
 from engine.stats import ModelStats
 from engine.streams import StreamStats
 from engine.types import InferenceRequest, InferenceResponse
@@ -175,7 +175,7 @@ class ServedVersion:
         if self.cancelled:
             raise LoadError("the model was unloaded while this version was loading")
 
-    async def load(self, gpus: int, services: Any = None, sequence_max_backlog: int = DEFAULT_MAX_BACKLOG) -> None:
+    async def load(self, gpus: int, services: Any = None, sequence_limits: SequenceLimits | None = None) -> None:
         """Create and load every instance, warm up, then start taking requests; cleans up on failure.
 
         `services` (engine.model_services.ModelServices) is what model code of this version may call on.
@@ -197,7 +197,7 @@ class ServedVersion:
             raise
         if self.config.sequence_batching is not None:
             self.dispatcher = SequenceDispatcher(
-                self.name, self.version, self.config, self.instances, self.stats, self.path, sequence_max_backlog
+                self.name, self.version, self.config, self.instances, self.stats, self.path, sequence_limits
             )
         else:
             self.dispatcher = Dispatcher(self.name, self.version, self.config, self.instances, self.stats)
@@ -349,9 +349,9 @@ class ModelEntry:
 class ModelManager:
     """Loads, swaps and unloads model versions; the only writer of which version serves."""
 
-    def __init__(self, gpus: int = 0, services: Any = None, sequence_max_backlog: int = DEFAULT_MAX_BACKLOG) -> None:
+    def __init__(self, gpus: int = 0, services: Any = None, sequence_limits: SequenceLimits | None = None) -> None:
         self.gpus = gpus
-        self.sequence_max_backlog = sequence_max_backlog  # INFERA_SEQUENCE_MAX_BACKLOG, for sequence models
+        self.sequence_limits = sequence_limits or SequenceLimits()  # INFERA_SEQUENCE_*, for sequence models
         self.services = services  # what model code may call on (BLS, custom metrics), handed to each instance
         self.models: dict[str, ModelEntry] = {}
         self._draining_tasks: set[asyncio.Task] = set()
@@ -399,7 +399,7 @@ class ModelManager:
                 served = ServedVersion(wanted, version, path)
                 entry.loading.add(served)
                 try:
-                    await served.load(self.gpus, self.services, self.sequence_max_backlog)
+                    await served.load(self.gpus, self.services, self.sequence_limits)
                 except Exception as exc:  # noqa: BLE001 - any runtime failure is a load failure with its reason
                     reason = without_folders(
                         exc.reason if isinstance(exc, LoadError) else str(exc), Path(path).parent.parent

@@ -18,10 +18,11 @@ from engine.dispatch import answer, stop_task, wake_or_deadline
 from engine.errors import BackendError, InferaError, InvalidArgument, Unavailable
 from engine.instances import ModelInstance
 from engine.schedulers.batcher import PendingRequest
-from engine.schedulers.sequence import DEFAULT_MAX_BACKLOG, SequenceBatch, SequenceBatcher
+from engine.schedulers.sequence import SequenceBatch, SequenceBatcher
 from engine.schedulers.sequence_inputs import SequenceInputs
+from engine.settings import SequenceLimits
 from engine.stats import ModelStats
-from engine.types import InferenceRequest, InferenceResponse
+from engine.types import InferenceRequest, InferenceResponse, current_caller
 
 
 class SequenceDispatcher:
@@ -35,13 +36,14 @@ class SequenceDispatcher:
         instances: list[ModelInstance],
         stats: ModelStats,
         version_path: Path | None = None,
-        max_backlog: int = DEFAULT_MAX_BACKLOG,
+        limits: SequenceLimits | None = None,
     ) -> None:
         self.name = name
         self.version = version
         self.stats = stats
         self.instances = instances
-        self.batcher = SequenceBatcher(config, len(instances), max_backlog)
+        limits = limits or SequenceLimits()
+        self.batcher = SequenceBatcher(config, len(instances), limits.max_backlog, limits.max_per_caller)
         self.inputs = SequenceInputs(config, version_path)
         self.busy = [False] * len(instances)
         self.no_sequences = asyncio.Event()
@@ -71,7 +73,7 @@ class SequenceDispatcher:
         pending = PendingRequest(request=request, future=loop.create_future(), enqueue_ns=now)
         if request.trace is not None:
             request.trace.mark("QUEUE_START", now)
-        sequence = self.batcher.add(pending, now)
+        sequence = self.batcher.add(pending, now, current_caller.get())
         self._update_stats()
         if sequence.lane >= 0 and not self.busy[sequence.lane] and sequence.lane not in self._scheduled:
             self._scheduled.add(sequence.lane)  # requests arriving in this turn of the loop join the batch

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+# who the running task serves: a front end's caller key (engine.frontend.caller_limits.caller_key), set when it
+# counts the request in; read where something is bounded per caller (a caller's open sequences). None: the engine
+# itself (warm-up, a model's own calls)
+current_caller: ContextVar[Hashable | None] = ContextVar("infera_current_caller", default=None)
 
 
 @dataclass(slots=True)

@@ -12,6 +12,7 @@ from collections.abc import Hashable
 
 from engine.admission import Principal
 from engine.errors import InferaError
+from engine.types import current_caller
 
 SETTING = "INFERA_MAX_CONCURRENT_PER_CALLER"
 
@@ -39,13 +40,15 @@ class CallerLimits:
         self._in_flight: dict[Hashable, int] = {}
 
     def enter(self, key: Hashable) -> None:
-        """Count one more request of `key` in flight; TooManyInFlight when it already has `limit`."""
+        """Count one more request of `key` in flight; TooManyInFlight when it already has `limit`. The running task
+        serves `key` from here on (engine.types.current_caller: a caller's open sequences are counted by it)."""
         count = self._in_flight.get(key, 0)
         if count >= self.limit > 0:
             raise TooManyInFlight(
                 f"too many requests in flight for this caller: at most {self.limit} at once ({SETTING})"
             )
         self._in_flight[key] = count + 1
+        current_caller.set(key)
 
     def leave(self, key: Hashable) -> None:
         """Count one request of `key` out (it answered, failed or was cancelled)."""

@@ -8,24 +8,24 @@ sequence, preferring `preferred_batch_size`, within `max_queue_delay_microsecond
 run in order (one at a time), a slot frees at END or when the sequence idles out, and the backlog moves up.
 
 Beyond Triton: the backlog holds at most `max_backlog` sequences (a START past it is refused, SequenceBacklogFull),
-and a queued request whose caller went away leaves its queue (`abandon`); a sequence whose START had not run yet
-ends with it, so clients that send a START and disconnect hold no slot and no place in the backlog.
+one caller may have at most `max_per_caller` sequences open (TooManySequences), and a queued request whose caller
+went away leaves its queue (`abandon`); a sequence whose START had not run yet ends with it, so clients that send
+a START and disconnect hold no slot and no place in the backlog.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from engine.config import ModelConfig
-from engine.errors import InvalidArgument, Unavailable
+from engine.errors import InferaError, InvalidArgument, Unavailable
 from engine.schedulers.batcher import PendingRequest
-
-# sequences that may wait for a slot (or an instance) per model version; INFERA_SEQUENCE_MAX_BACKLOG
-DEFAULT_MAX_BACKLOG = 256
+from engine.settings import SequenceLimits
 
 
 class SequenceBacklogFull(Unavailable):
@@ -40,6 +40,20 @@ class SequenceBacklogFull(Unavailable):
         )
 
 
+class TooManySequences(InferaError):
+    """A caller has `max_per_caller` sequences of this model open already: a new START is refused (HTTP 429)."""
+
+    status = 429
+
+    def __init__(self, model: str, max_per_caller: int) -> None:
+        self.model = model
+        self.max_per_caller = max_per_caller
+        super().__init__(
+            f"this caller has {max_per_caller} sequences of model '{model}' open already, the most one caller may "
+            "(INFERA_SEQUENCE_MAX_PER_CALLER): end one (or let it idle out) before starting another"
+        )
+
+
 @dataclass(slots=True, eq=False)
 class Sequence:
     """One live correlation id: where it runs, what waits, its implicit state."""
@@ -47,6 +61,7 @@ class Sequence:
     id: int | str
     start_ns: int
     last_ns: int
+    caller: Hashable | None = None  # who started it (engine.types.current_caller), None for the engine itself
     lane: int = -1  # its instance; -1 while it waits in the backlog
     slot: int = -1  # direct: its batch slot on that instance
     queue: deque[PendingRequest] = field(default_factory=deque)
@@ -75,7 +90,13 @@ class SequenceBatch:
 class SequenceBatcher:
     """Every live sequence of one model version and the batches their requests form on `lanes` instances."""
 
-    def __init__(self, config: ModelConfig, lanes: int, max_backlog: int = DEFAULT_MAX_BACKLOG) -> None:
+    def __init__(
+        self,
+        config: ModelConfig,
+        lanes: int,
+        max_backlog: int = SequenceLimits.max_backlog,
+        max_per_caller: int = SequenceLimits.max_per_caller,
+    ) -> None:
         sequencing = config.sequence_batching
         if sequencing is None:
             raise ValueError(f"model '{config.name}' has no sequence_batching")
@@ -95,12 +116,15 @@ class SequenceBatcher:
         self.members: list[list[Sequence]] = [[] for _ in range(lanes)]
         self.queued = 0
         self.max_backlog = max_backlog
+        self.max_per_caller = max_per_caller
+        self.open_by_caller: dict[Hashable, int] = {}  # callers with sequences open, and how many
         self.abandoned = 0  # queued requests taken out because their callers went away
 
     # ---- requests in
 
-    def add(self, pending: PendingRequest, now_ns: int) -> Sequence:
-        """File a request under its sequence (starting one at START); InvalidArgument as Triton words it otherwise."""
+    def add(self, pending: PendingRequest, now_ns: int, caller: Hashable | None = None) -> Sequence:
+        """File a request under its sequence (starting one at START, for `caller`); InvalidArgument as Triton words
+        it otherwise, SequenceBacklogFull or TooManySequences past the limits."""
         request = pending.request
         sequence_id = request.sequence_id
         if sequence_id in (0, ""):
@@ -119,9 +143,13 @@ class SequenceBatcher:
                 self._release(sequence)  # a START for a live id ends the old sequence and begins a new one
                 sequence = None
             if sequence is None:
+                if caller is not None and self.open_by_caller.get(caller, 0) >= self.max_per_caller > 0:
+                    raise TooManySequences(self.model, self.max_per_caller)
                 if len(self.backlog) >= self.max_backlog and self._free_lane() is None:
                     raise SequenceBacklogFull(self.model, self.max_backlog)
-                sequence = Sequence(sequence_id, now_ns, now_ns)
+                sequence = Sequence(sequence_id, now_ns, now_ns, caller)
+                if caller is not None:
+                    self.open_by_caller[caller] = self.open_by_caller.get(caller, 0) + 1
                 self.sequences[sequence_id] = sequence
                 self._place(sequence)
         elif sequence is None or sequence.ending:
@@ -229,6 +257,11 @@ class SequenceBatcher:
         """The sequence is over: free its slot or candidacy and move the backlog up."""
         if self.sequences.get(sequence.id) is sequence:
             del self.sequences[sequence.id]
+            caller = sequence.caller
+            if caller is not None:
+                left = self.open_by_caller.pop(caller) - 1
+                if left:
+                    self.open_by_caller[caller] = left
         if sequence in self.backlog:
             self.backlog.remove(sequence)
             return

@@ -10,7 +10,7 @@ import pytest
 from engine.config import ModelConfig, SequenceBatching
 from engine.errors import Unavailable
 from engine.schedulers.batcher import PendingRequest
-from engine.schedulers.sequence import SequenceBacklogFull, SequenceBatcher
+from engine.schedulers.sequence import SequenceBacklogFull, SequenceBatcher, TooManySequences
 from engine.types import InferenceRequest
 
 
@@ -21,9 +21,9 @@ def loop():
     loop.close()
 
 
-def batcher_of(strategy: str = "direct", max_backlog: int = 256, **options) -> SequenceBatcher:
+def batcher_of(strategy: str = "direct", max_backlog: int = 256, max_per_caller: int = 128, **options):
     config = ModelConfig(name="acc", max_batch_size=1, sequence_batching=SequenceBatching(strategy=strategy, **options))
-    return SequenceBatcher(config, lanes=1, max_backlog=max_backlog)
+    return SequenceBatcher(config, lanes=1, max_backlog=max_backlog, max_per_caller=max_per_caller)
 
 
 def pending(loop, sid, start=False, end=False) -> PendingRequest:
@@ -108,3 +108,23 @@ def test_it_refuses_a_start_past_the_backlog_limit_naming_it(loop, strategy):
     batcher.abandon(batcher.backlog[0].queue[0])
     batcher.add(pending(loop, 4, start=True), 0)  # a place came free
     assert [s.id for s in batcher.backlog] == [3, 4]
+
+
+def test_it_counts_each_callers_open_sequences_until_they_end_or_idle_out(loop):
+    batcher = batcher_of(max_per_caller=2, max_sequence_idle_microseconds=1000)
+    first = pending(loop, 1, start=True)
+    batcher.add(first, 0, "mallory")
+    batcher.add(pending(loop, 2, start=True), 0, "mallory")  # in the backlog: open too
+    with pytest.raises(TooManySequences, match="INFERA_SEQUENCE_MAX_PER_CALLER") as refused:
+        batcher.add(pending(loop, 3, start=True), 0, "mallory")
+    assert refused.value.status == 429 and not batcher.knows(3)
+    batcher.add(pending(loop, 4, start=True), 0, "alice")
+    batcher.add(pending(loop, 5, start=True), 0)  # the engine's own requests are nobody's
+    assert batcher.open_by_caller == {"mallory": 2, "alice": 1}
+    batcher.abandon(batcher.sequences[2].queue[0])
+    assert batcher.open_by_caller == {"mallory": 1, "alice": 1}
+    batcher.finished(batcher.next_batch(0, 0).requests[0], 1)  # sequence 1 ran its START, then idles out
+    batcher.expire(1 + 2 * 1_000_000)
+    assert not batcher.knows(1) and batcher.open_by_caller.get("mallory") is None
+    batcher.add(pending(loop, 3, start=True), 3 * 1_000_000, "mallory")
+    assert batcher.open_by_caller["mallory"] == 1

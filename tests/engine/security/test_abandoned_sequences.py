@@ -1,4 +1,5 @@
-"""Issue 32, finding 10: sequence STARTs whose clients went away leave the backlog, and the backlog is bounded.
+"""Issue 32, finding 10: sequence STARTs whose clients went away leave the backlog; the backlog and each caller's
+open sequences are bounded.
 
 The attack: 40 clients send a sequence START to a model whose slots are taken and disconnect; each START used to
 wait in an unbounded backlog, take a slot in turn and hold it until it idled out, so a legitimate START waited
@@ -28,7 +29,9 @@ from console.demo_sequences import SIMPLE_SEQUENCE_ONNX_CONFIG, accumulator_onnx
 from engine.config import InstanceGroup, SequenceBatching
 from engine.errors import InvalidArgument
 from engine.lifecycle import ModelManager
-from engine.schedulers.sequence import SequenceBacklogFull
+from engine.schedulers.sequence import SequenceBacklogFull, TooManySequences
+from engine.settings import SequenceLimits
+from engine.types import current_caller
 from tests.engine.frontend.server_process import free_port, running_server
 from tests.engine.test_lifecycle import (  # noqa: F401 - the autouse fixture resets the registered backend
     make_config,
@@ -41,7 +44,7 @@ HOUR_US = 3600 * 10**6
 BACKLOG = 40
 
 
-async def one_slot_model(tmp_path: Path, max_backlog: int = 256):
+async def one_slot_model(tmp_path: Path, max_backlog: int = 256, max_per_caller: int = 128):
     """A sequence model with one slot (one instance, max_batch_size 1) whose sequences never idle out."""
     config = make_config(
         dynamic_batching=None,
@@ -49,7 +52,7 @@ async def one_slot_model(tmp_path: Path, max_backlog: int = 256):
         sequence_batching=SequenceBatching(max_sequence_idle_microseconds=HOUR_US),
         instance_group=[InstanceGroup(kind="KIND_CPU", count=1)],
     )
-    manager = ModelManager(sequence_max_backlog=max_backlog)
+    manager = ModelManager(sequence_limits=SequenceLimits(max_backlog, max_per_caller))
     await manager.load(config, {1: version_dir(tmp_path, 1, "2")})
     return manager, manager.get("scale")
 
@@ -104,6 +107,29 @@ async def test_it_refuses_a_start_past_the_backlog_limit(tmp_path):
     for task in waiting:
         task.cancel()
     await asyncio.gather(*waiting, return_exceptions=True)
+    await manager.stop()
+
+
+async def test_one_caller_may_not_hold_more_than_its_share_of_sequences(tmp_path):
+    manager, served = await one_slot_model(tmp_path, max_per_caller=2)
+
+    async def as_caller(caller, request):
+        current_caller.set(caller)  # what the front end sets when it counts the request in
+        return await served.infer(request)
+
+    await as_caller("mallory", sequence_request(1, 1, start=True))
+    waiting = asyncio.ensure_future(as_caller("mallory", sequence_request(2, 1, start=True)))
+    await until(lambda: len(served.dispatcher.batcher.backlog) == 1)
+    with pytest.raises(TooManySequences, match="INFERA_SEQUENCE_MAX_PER_CALLER") as refused:
+        await as_caller("mallory", sequence_request(3, 1, start=True))
+    assert refused.value.status == 429
+    other = asyncio.ensure_future(as_caller("alice", sequence_request(4, 1, start=True)))  # others still start
+    await until(lambda: len(served.dispatcher.batcher.backlog) == 2)
+    await as_caller("mallory", sequence_request(1, 1, end=True))
+    await waiting
+    await as_caller("mallory", sequence_request(2, 1, end=True))
+    await other
+    assert served.dispatcher.batcher.open_by_caller == {"alice": 1}
     await manager.stop()
 
 
@@ -248,3 +274,44 @@ def test_a_cancelled_grpc_start_leaves_the_backlog(served: Served):
         finally:
             grpc.close()
         client.infer("one_slot", value(1), sequence_id=3, sequence_end=True)
+
+
+@pytest.fixture(scope="module")
+def two_per_caller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """The accumulator with 8 slots, on a server that lets one caller have two sequences open."""
+    repo = tmp_path_factory.mktemp("per-caller-repository")
+    (repo / "eight_slots" / "1").mkdir(parents=True)
+    config = ONE_SLOT_CONFIG.replace('name: "one_slot"', 'name: "eight_slots"').replace(
+        "max_batch_size: 1", "max_batch_size: 8"
+    )
+    (repo / "eight_slots" / "config.pbtxt").write_text(config)
+    (repo / "eight_slots" / "1" / "model.onnx").write_bytes(accumulator_onnx_bytes())
+    grpc_port = free_port()
+    log = tmp_path_factory.mktemp("per-caller-logs") / "uvicorn.log"
+    env = {"INFERA_GRPC_PORT": str(grpc_port), "INFERA_SEQUENCE_MAX_PER_CALLER": "2"}
+    with running_server("uvicorn", repo, log, extra_env=env) as url:
+        yield Served(url, f"127.0.0.1:{grpc_port}")
+
+
+@pytest.mark.server
+def test_a_caller_past_its_open_sequences_is_refused_on_http_and_grpc(two_per_caller: Served):
+    with httpclient.InferenceServerClient(two_per_caller.http_url, network_timeout=120) as client:
+        client.infer("eight_slots", value(1), sequence_id=1, sequence_start=True)
+        client.infer("eight_slots", value(1), sequence_id=2, sequence_start=True)
+        with pytest.raises(InferenceServerException, match="INFERA_SEQUENCE_MAX_PER_CALLER") as refused:
+            client.infer("eight_slots", value(1), sequence_id=3, sequence_start=True)
+        assert refused.value.status() == "429"
+        client.infer("eight_slots", value(1), sequence_id=1, sequence_end=True)  # one ends: one may start
+        client.infer("eight_slots", value(1), sequence_id=3, sequence_start=True, sequence_end=True)
+        client.infer("eight_slots", value(1), sequence_id=2, sequence_end=True)
+    grpc = grpcclient.InferenceServerClient(two_per_caller.grpc_url)
+    try:
+        grpc.infer("eight_slots", value(1, grpcclient), sequence_id=11, sequence_start=True)
+        grpc.infer("eight_slots", value(1, grpcclient), sequence_id=12, sequence_start=True)
+        with pytest.raises(InferenceServerException, match="INFERA_SEQUENCE_MAX_PER_CALLER") as refused:
+            grpc.infer("eight_slots", value(1, grpcclient), sequence_id=13, sequence_start=True)
+        assert refused.value.status() == "StatusCode.RESOURCE_EXHAUSTED"
+        for sid in (11, 12):
+            grpc.infer("eight_slots", value(1, grpcclient), sequence_id=sid, sequence_end=True)
+    finally:
+        grpc.close()

@@ -1,0 +1,271 @@
+"""The LLM engine loop: one thread per model instance that plans, runs, samples and answers, step after step.
+
+Each turn: take the requests submitted and cancelled since the last turn (from any thread), `schedule(now)`, run
+the plan in one forward pass (`ModelRunner.execute`), `sample` one token per sampling sequence (each seeded
+sequence from its own generator), `update_from_output`, then hand each request its update through its `sink`:
+the new token, the text it adds (detokenized incrementally, stop strings cut and held back while they could still
+match), and on the last one why it finished and its token counts. A cancel (`cancel`, the client went away) aborts
+the sequence between steps: its blocks are freed at once and its sink gets a final update ("abort").
+
+A failure of the model fails the requests of that step and then every other request of this engine, and the
+engine refuses new ones naming the failure (`EngineFailed`): the model's instance is broken, the process is not.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from engine.errors import BackendError, InvalidArgument
+from engine.llm.model_runner import ModelRunner
+from engine.llm.sampling import SamplingParams, SamplingRow, make_generator, sample
+from engine.llm.scheduler import LLMScheduler, LLMSequence, SequenceOutput
+from engine.llm.text import IncrementalText, StopStrings
+
+logger = logging.getLogger(__name__)
+
+
+class EngineFailed(BackendError):
+    """The engine stopped: its model failed, or it is unloading."""
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationUpdate:
+    """What one step gave a request: its new token and text; on the last, why it finished and its counts."""
+
+    token_ids: tuple[int, ...] = ()
+    text: str = ""
+    finished: bool = False
+    finish_reason: str | None = None  # "stop", "length" or "abort" on the last update
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens found in the prefix cache
+    error: Exception | None = None  # the request ends with this (a prompt too long, the model failed)
+
+
+@dataclass(slots=True)
+class GenerationRequest:
+    """A prompt to continue, how to sample, and where its updates go (`sink`, called on the engine's thread)."""
+
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    sink: Callable[[GenerationUpdate], None]
+    stop: Sequence[str] = ()
+    priority: int = 0
+    request_id: Hashable = None  # set by `submit`
+
+
+@dataclass(slots=True)
+class _Live:
+    request: GenerationRequest
+    seq: LLMSequence
+    text: IncrementalText
+    stops: StopStrings
+    generator: torch.Generator | None
+
+
+class LLMEngine:
+    """Drives one scheduler and one model runner on a thread of its own."""
+
+    def __init__(
+        self,
+        runner: ModelRunner,
+        scheduler: LLMScheduler,
+        name: str = "llm",
+        eos_token_ids: Sequence[int] = (),
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.runner = runner
+        self.scheduler = scheduler
+        self.name = name
+        eos = list(dict.fromkeys(eos_token_ids))
+        self.eos_token_id = eos[0] if eos else None
+        self.extra_stop_ids = frozenset(eos[1:])
+        self.clock = clock
+        self.failure: str | None = None
+        self.steps = 0
+        self._ids = itertools.count(1)
+        self._wake = threading.Condition()
+        self._new: list[GenerationRequest] = []
+        self._cancelled: list[Hashable] = []
+        self._stopping = False
+        self._live: dict[Hashable, _Live] = {}  # the loop thread's own
+        self._thread = threading.Thread(target=self._run, name=f"llm-{name}", daemon=True)
+
+    # --- any thread -------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, request: GenerationRequest) -> Hashable:
+        """Queue a request for the next step; its id (for `cancel`). EngineFailed once the engine has stopped."""
+        request.params.check_vocab(self.runner.shape.vocab_size)
+        with self._wake:
+            if self.failure is not None or self._stopping:
+                raise EngineFailed(self.failure or f"model '{self.name}' is unloading")
+            request.request_id = next(self._ids)
+            self._new.append(request)
+            self._wake.notify()
+        return request.request_id
+
+    def cancel(self, request_id: Hashable) -> None:
+        """Abort a request between steps (its blocks freed at once); its sink gets a final "abort" update."""
+        with self._wake:
+            self._cancelled.append(request_id)
+            self._wake.notify()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop the loop after its current step; requests still open end with an error."""
+        with self._wake:
+            self._stopping = True
+            self._wake.notify()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    # --- the engine's thread ----------------------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            while True:
+                with self._wake:
+                    while not (self._stopping or self._new or self._cancelled or self.scheduler.has_work()):
+                        self._wake.wait()
+                    if self._stopping:
+                        break
+                    new, self._new = self._new, []
+                    cancelled, self._cancelled = self._cancelled, []
+                for request in new:
+                    self._admit(request)
+                for request_id in cancelled:
+                    self._abort(request_id)
+                if self.scheduler.has_work():
+                    self.step()
+        except Exception as exc:  # the model (or the engine) failed: this instance is done, the process is not
+            logger.exception("model '%s': the LLM engine failed", self.name)
+            self._fail_all(f"model '{self.name}' failed: {type(exc).__name__}: {exc}")
+            return
+        self._fail_all(f"model '{self.name}' is unloading; its open requests end here")
+
+    def _admit(self, request: GenerationRequest) -> None:
+        params = request.params
+        seq = LLMSequence(
+            request.request_id,
+            list(request.prompt_token_ids),
+            params.max_tokens,
+            self.clock(),
+            priority=request.priority,
+            eos_token_id=self.eos_token_id,
+            stop_token_ids=self.extra_stop_ids | frozenset(params.stop_token_ids),
+        )
+        try:
+            self.scheduler.add_request(seq)
+        except InvalidArgument as exc:  # a prompt too long for the model: this request's own error
+            _deliver(request, GenerationUpdate(finished=True, error=exc))
+            return
+        live = _Live(
+            request,
+            seq,
+            IncrementalText(self.runner.tokenizer, seq.prompt_token_ids),
+            StopStrings(request.stop),
+            make_generator(params, self.runner.device),
+        )
+        self._live[request.request_id] = live
+
+    def _abort(self, request_id: Hashable) -> None:
+        live = self._live.pop(request_id, None)
+        if live is None:
+            return  # finished meanwhile
+        self.scheduler.abort(request_id, self.clock())
+        _deliver(live.request, self._final(live, (), "", "abort"))
+
+    def step(self) -> None:
+        """One turn of planning, model, sampling and answers."""
+        plan = self.scheduler.schedule(self.clock())
+        if plan.is_empty:
+            return
+        try:
+            seq_ids, logits = self.runner.execute(plan)
+            rows = [self._row(seq_id) for seq_id in seq_ids]
+            tokens = sample(logits, rows)
+        except Exception as exc:
+            failed = EngineFailed(f"model '{self.name}' failed: {type(exc).__name__}: {exc}")
+            for chunk in plan.chunks:
+                live = self._live.pop(chunk.seq_id, None)
+                if live is not None:
+                    _deliver(live.request, GenerationUpdate(finished=True, error=failed))
+            raise
+        self.steps += 1
+        sampled = {seq_id: token.token_id for seq_id, token in zip(seq_ids, tokens, strict=True)}
+        for output in self.scheduler.update_from_output(plan, sampled, self.clock()):
+            self._answer(output)
+
+    def _row(self, seq_id: Hashable) -> SamplingRow:
+        live = self._live[seq_id]
+        return SamplingRow(live.request.params, live.seq.prompt_token_ids, live.seq.output_token_ids, live.generator)
+
+    def _answer(self, output: SequenceOutput) -> None:
+        live = self._live.get(output.seq_id)
+        if live is None:
+            return
+        ended_by_token = output.finish_reason is not None and output.token_id in (
+            {self.eos_token_id} | live.seq.stop_token_ids
+        )
+        piece = "" if ended_by_token else live.text.feed(output.token_id)
+        if output.finish_reason is not None:
+            piece += live.text.flush()
+        piece, stopped = live.stops.feed(piece)
+        reason = output.finish_reason.value if output.finish_reason is not None else None
+        if stopped and reason is None:
+            reason = "stop"
+            self.scheduler.abort(output.seq_id, self.clock())
+        if reason is None:
+            _deliver(live.request, GenerationUpdate((output.token_id,), piece))
+            return
+        if not stopped:
+            piece += live.stops.rest()
+        del self._live[output.seq_id]
+        _deliver(live.request, self._final(live, (output.token_id,), piece, reason))
+
+    def _final(self, live: _Live, token_ids: tuple[int, ...], text: str, reason: str) -> GenerationUpdate:
+        seq = live.seq
+        return GenerationUpdate(
+            token_ids,
+            text,
+            finished=True,
+            finish_reason=reason,
+            prompt_tokens=len(seq.prompt_token_ids),
+            completion_tokens=len(seq.output_token_ids),
+            cached_tokens=seq.num_cached_tokens,
+        )
+
+    def _fail_all(self, reason: str) -> None:
+        with self._wake:
+            self.failure = self.failure or reason
+            new, self._new = self._new, []
+        failed = EngineFailed(reason)
+        for request in new:
+            _deliver(request, GenerationUpdate(finished=True, error=failed))
+        for request_id, live in list(self._live.items()):
+            self.scheduler.abort(request_id, self.clock())
+            _deliver(live.request, GenerationUpdate(finished=True, error=failed))
+        self._live.clear()
+
+    def stats(self) -> Any:
+        return self.scheduler.stats()
+
+
+def _deliver(request: GenerationRequest, update: GenerationUpdate) -> None:
+    """Hand an update to its request's sink; a sink that fails (its client gone) never stops the loop."""
+    try:
+        request.sink(update)
+    except Exception:
+        logger.exception("an LLM request's sink failed")

@@ -113,6 +113,12 @@ REST_FRAMEWORK = rest_framework_settings(
         "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
         "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
         "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+        # JSON nested at most engine.config_format.MAX_JSON_DEPTH levels (Python's parser recursed into a 500)
+        "DEFAULT_PARSER_CLASSES": [
+            "console.parsers.JSONParser",
+            "rest_framework.parsers.FormParser",
+            "rest_framework.parsers.MultiPartParser",
+        ],
         # an address is the peer's (a trusted proxy's forwarding is applied before Django, console/forwarded.py);
         # DRF's default would believe any client's X-Forwarded-For
         "NUM_PROXIES": 0,

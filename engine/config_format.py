@@ -8,11 +8,11 @@ has no place for are accepted and dropped.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
+import orjson
 from google.protobuf import json_format, text_format
 
 from engine.config import ModelConfig
@@ -22,6 +22,9 @@ from engine.proto import model_config_pb2 as pb
 
 __all__ = [
     "CONFIG_FILES",
+    "MAX_JSON_DEPTH",
+    "check_json_depth",
+    "load_json",
     "parse_config_pbtxt",
     "parse_config_json",
     "config_to_dict",
@@ -33,6 +36,9 @@ __all__ = [
 
 # the files a model folder may keep its config in
 CONFIG_FILES = ("config.pbtxt", "config.json")
+# how deep a JSON document may nest: a ModelConfig nests 5 levels at most (model_warmup.input_data.dims); Python's
+# parser recursed until RecursionError (a 500) on a document nested some thousand levels deep
+MAX_JSON_DEPTH = 32
 
 
 def read_config_file(model_dir: Path) -> ModelConfig | None:
@@ -113,12 +119,54 @@ def replacing_override(config: ModelConfig) -> dict[str, Any]:
 # --- parsing helpers -----------------------------------------------------------------------------------
 
 
+def load_json(data: str | bytes | bytearray, source: str) -> Any:
+    """A JSON document nested at most MAX_JSON_DEPTH levels deep; InvalidArgument naming the limit, or the error."""
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError as error:
+        if _bracket_depth(data) > MAX_JSON_DEPTH:  # orjson stops at its own limit of 1024 levels
+            raise InvalidArgument(_too_deep(source)) from None
+        raise InvalidArgument(f"{source}: not valid JSON: {error}") from None
+    check_json_depth(value, source)
+    return value
+
+
+def check_json_depth(value: Any, source: str) -> None:
+    """InvalidArgument when a parsed JSON value (objects and arrays) nests deeper than MAX_JSON_DEPTH levels."""
+    waiting = [(value, 1)]
+    while waiting:
+        node, depth = waiting.pop()
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else None
+        if children is None:
+            continue
+        if depth > MAX_JSON_DEPTH:
+            raise InvalidArgument(_too_deep(source))
+        waiting.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+
+
+def _too_deep(source: str) -> str:
+    return f"{source}: the JSON nests deeper than {MAX_JSON_DEPTH} levels (the limit for a JSON document here)"
+
+
+def _bracket_depth(data: str | bytes | bytearray) -> int:
+    """How deep the brackets of a JSON text nest, outside strings (for the message of a document that failed)."""
+    text = data.decode("utf-8", "replace") if isinstance(data, (bytes, bytearray)) else data
+    depth = deepest = 0
+    for bracket in _BRACKETS.findall(_STRINGS.sub("", text)):
+        depth += 1 if bracket in "[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
+_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"')
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
 def _message_from_json(data: dict[str, Any] | str | bytes, source: str) -> pb.ModelConfig:
     if isinstance(data, (str, bytes, bytearray)):
-        try:
-            data = json.loads(data)
-        except ValueError as error:
-            raise InvalidArgument(f"{source}: not valid JSON: {error}") from None
+        data = load_json(data, source)
+    else:
+        check_json_depth(data, source)
     if not isinstance(data, dict):
         raise InvalidArgument(f"{source}: expected a JSON object, got {type(data).__name__}")
     message = pb.ModelConfig()

@@ -10,12 +10,10 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path, PurePosixPath
 
-import orjson
-
 from engine import __version__, admission
 from engine.admission import SYSTEM, Principal
 from engine.config import ModelConfig
-from engine.config_format import config_to_dict, parse_config_json
+from engine.config_format import config_to_dict, load_json, parse_config_json
 from engine.custom_metrics import CustomMetrics
 from engine.devices import gpu_count
 from engine.ensemble import EnsemblePlan, step_models
@@ -80,11 +78,11 @@ class InferenceServer:
             queue_traces=self.settings.trace.queue_traces,
         )
         self._started = False
+        self.startup_failure: str | None = None  # why start-up failed: not ready for good, not "still loading"
         self._held = False  # started but kept not ready until set_ready()
         self._draining = False
         self._sent_files: dict[str, Path] = {}  # models loaded from files sent with a load: their temporary roots
         self.traffic: dict[str, TrafficState] = {}  # models under a canary or shadow policy
-        self.startup_failure: str | None = None  # why start-up failed: not ready for good, not "still loading"
         self._shadow_tasks: set[asyncio.Task] = set()
         # called as (model, the policy that was rolled back, why) when a guard rolls a policy back
         self.on_traffic_rollback: Callable[[str, TrafficPolicy, str], None] | None = None
@@ -100,10 +98,6 @@ class InferenceServer:
         self.model_services.bind(asyncio.get_running_loop())
         self._draining = False
         self._held = not ready
-        if load_models and self.repository is not None:
-            for name in self.repository.model_names():
-                try:
-                    await self.load_model(name)
         self.startup_failure = None
         try:
             await self._load_repository(load_models)
@@ -114,6 +108,10 @@ class InferenceServer:
 
     async def _load_repository(self, load_models: bool) -> None:
         """Every model of the repository, each on its own: one that fails is logged and marked, the others load."""
+        if load_models and self.repository is not None:
+            for name in self.repository.model_names():
+                try:
+                    await self.load_model(name)
                 except InferaError as exc:
                     log.error("%s", exc.message)
                 except Exception as exc:  # a broken stored model never takes the server down: it alone fails
@@ -626,9 +624,9 @@ def config_override(name: str, config: dict | str | None) -> dict | None:
     if isinstance(config, dict):
         return config
     try:
-        value = orjson.loads(config)
-    except orjson.JSONDecodeError as exc:
-        raise LoadError(f"parameters.config is not valid JSON: {exc}", model=name) from None
+        value = load_json(config, "parameters.config")  # nested at most MAX_JSON_DEPTH levels
+    except InvalidArgument as exc:
+        raise LoadError(exc.message, model=name) from None
     if not isinstance(value, dict):
         raise LoadError("parameters.config must be a JSON object", model=name)
     return value

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 from drf_spectacular.utils import extend_schema
-from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -18,6 +17,7 @@ from console.analyzer.serializers import (
     AnalysisStartSerializer,
     AnalysisSummarySerializer,
 )
+from console.parsers import JSONParser
 from console.registry import services as registry
 from console.registry.api import ErrorSerializer, RegistryAPIView
 from console.registry.serializers import VersionDetailSerializer

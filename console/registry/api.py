@@ -7,7 +7,7 @@ from typing import Any
 from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers, status
-from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
@@ -15,6 +15,7 @@ from rest_framework.views import APIView
 
 from console.accounts.permissions import CanManageModels
 from console.accounts.tokens import TokenAuthentication
+from console.parsers import JSONParser
 from console.registry import services
 from console.registry.engine_status import engine_traffic
 from console.registry.models import ModelVersion, RegisteredModel, VersionState

@@ -11,11 +11,11 @@ from dataclasses import asdict
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
-from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from console.accounts.permissions import CanViewModels
+from console.parsers import JSONParser
 from console.registry import config_edit, services
 from console.registry.api import ErrorSerializer, RegistryAPIView
 from console.registry.serializers import VersionDetailSerializer

@@ -12,7 +12,6 @@ version, the others come along as companions (an ensemble with the models its st
 from __future__ import annotations
 
 import hashlib
-import json
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,7 +26,7 @@ from console.registry.pipeline import ENSEMBLE
 from console.registry.store import ModelStore, folder_digest
 from engine.admission import MODEL_FILES
 from engine.config import ModelConfig
-from engine.config_format import CONFIG_FILES, parse_config_json, parse_config_pbtxt
+from engine.config_format import CONFIG_FILES, load_json, parse_config_json, parse_config_pbtxt
 from engine.errors import InferaError
 from engine.names import model_name_problem
 
@@ -108,10 +107,7 @@ def parse_config_text(data: bytes | str, filename: str = "") -> ModelConfig:
     as_json = filename.lower().endswith(".json") or (not filename and data.lstrip().startswith("{"))
     try:
         if as_json:
-            try:
-                document: Any = json.loads(data)
-            except json.JSONDecodeError as exc:
-                raise UploadRejected(f"{source}: not valid JSON: {exc}") from None
+            document: Any = load_json(data, source)  # nested at most MAX_JSON_DEPTH levels
             if not isinstance(document, dict):
                 raise UploadRejected(f"{source}: a JSON config must be an object")
             return parse_config_json(document, source=source)

@@ -18,6 +18,7 @@ _BUILTIN_MODULES = {
     "pytorch": "engine.backends.pytorch",
     "python": "engine.backends.python",
     "ensemble": "engine.backends.ensemble",
+    "llm": "engine.backends.llm",
 }
 _registry: dict[str, type[Backend]] = {}
 

@@ -1,0 +1,350 @@
+"""The `llm` backend: a Llama-family causal LM (a GGUF file or a Hugging Face folder) generating through Infera's
+own scheduler, paged KV cache and sampler, on an engine thread of each instance (engine/llm/engine_loop.py).
+
+Weights are data (GGUF or safetensors, never pickles) and the code that runs is Infera's own, so loading one runs no
+user code (`code_in` is None): the backend runs in the server's process.
+
+The model is decoupled and takes the text generator's contract (Triton's vLLM backend's tensor names, the toy
+`text_generator`'s): inputs `text_input` (STRING [1], the prompt) or `messages` (STRING [1], a JSON list of
+{"role", "content"} rendered with the model's chat template), optional `stream` (BOOL [1]; false, the default, is
+one response with the whole text; true is one response per token), `sampling_parameters` (STRING [1], JSON: every
+field of SamplingParams and `stop`, a list of strings) and the scalars `max_tokens`, `temperature`, `top_p`, `seed`.
+A scalar input wins over `sampling_parameters`, which wins over the request's parameters (where the generate
+extension puts unknown keys). Outputs: `text_output` (STRING [-1], the new text only), and on the last response
+`finish_reason` ("stop", "length"), `prompt_tokens`, `completion_tokens` and `cached_tokens` (INT32 [1], the prompt
+tokens the prefix cache held). Config parameters `openai_text_input`, `openai_text_output` and
+`openai_messages_input` name those tensors for the OpenAI front end.
+
+Config parameters of the engine: `max_model_len` (prompt + output tokens; default the model's
+max_position_embeddings capped at 2048), `max_num_seqs` (32), `max_num_batched_tokens` (512), `kv_block_size` (16),
+`kv_num_blocks` or else `kv_cache_memory_mb` (256), `dtype` (float32, bfloat16, float16), `enable_prefix_caching`
+(true), `default_max_tokens` (64).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine.backends import register_backend
+from engine.backends.base import Backend
+from engine.config import ModelConfig, TensorConfig
+from engine.errors import BackendError, InferaError, InvalidArgument, LoadError
+from engine.streams import StreamClosed
+from engine.types import InferenceRequest
+
+TEXT_INPUT = "text_input"
+MESSAGES_INPUT = "messages"
+TEXT_OUTPUT = "text_output"
+SCALARS = {"max_tokens": int, "temperature": float, "top_p": float, "seed": int}
+COUNT_OUTPUTS = ("prompt_tokens", "completion_tokens", "cached_tokens")
+
+DEFAULT_INPUTS = [
+    TensorConfig(TEXT_INPUT, "TYPE_STRING", [1], optional=True),
+    TensorConfig(MESSAGES_INPUT, "TYPE_STRING", [1], optional=True),
+    TensorConfig("stream", "TYPE_BOOL", [1], optional=True),
+    TensorConfig("sampling_parameters", "TYPE_STRING", [1], optional=True),
+    TensorConfig("max_tokens", "TYPE_INT32", [1], optional=True),
+    TensorConfig("temperature", "TYPE_FP32", [1], optional=True),
+    TensorConfig("top_p", "TYPE_FP32", [1], optional=True),
+    TensorConfig("seed", "TYPE_INT64", [1], optional=True),
+]
+DEFAULT_OUTPUTS = [
+    TensorConfig(TEXT_OUTPUT, "TYPE_STRING", [-1]),
+    TensorConfig("finish_reason", "TYPE_STRING", [1]),
+    *(TensorConfig(name, "TYPE_INT32", [1]) for name in COUNT_OUTPUTS),
+]
+DEFAULT_PARAMETERS = {
+    "openai_text_input": TEXT_INPUT,
+    "openai_text_output": TEXT_OUTPUT,
+    "openai_messages_input": MESSAGES_INPUT,
+}
+
+
+def _parameter(config: ModelConfig, key: str, cast: Callable[[str], Any], default: Any) -> Any:
+    raw = config.parameters.get(key, "")
+    if str(raw).strip() == "":
+        return default
+    try:
+        return cast(str(raw).strip())
+    except ValueError:
+        raise LoadError(f"model '{config.name}': parameter '{key}' must be {cast.__name__}, got '{raw}'") from None
+
+
+def _switch(value: str) -> bool:
+    lowered = value.lower()
+    if lowered not in ("true", "false"):
+        raise ValueError(value)
+    return lowered == "true"
+
+
+_switch.__name__ = "true or false"
+
+
+def _positive(name: str, value: int, config: ModelConfig) -> int:
+    if value < 1:
+        raise LoadError(f"model '{config.name}': parameter '{name}' must be at least 1, got {value}")
+    return value
+
+
+@register_backend
+class LLMBackend(Backend):
+    """One instance: a model runner, a block manager and a scheduler, driven by an engine thread."""
+
+    name = "llm"
+
+    @classmethod
+    def autocomplete(cls, config: ModelConfig, version_path: Path) -> ModelConfig:
+        """Decoupled, the text generator's inputs and outputs, and the OpenAI front end's parameters, where unset."""
+        from engine.llm.weights import find_weights
+
+        find_weights(version_path, config.default_model_filename)  # a clear reason now, not at the trial load
+        parameters = DEFAULT_PARAMETERS | dict(config.parameters)
+        return replace(
+            config,
+            decoupled=True,
+            input=config.input or [replace(t) for t in DEFAULT_INPUTS],
+            output=config.output or [replace(t) for t in DEFAULT_OUTPUTS],
+            parameters=parameters,
+        )
+
+    def load(self) -> None:
+        from engine.llm.engine_loop import LLMEngine
+        from engine.llm.kv_blocks import BlockManager
+        from engine.llm.model_runner import ModelRunner
+        from engine.llm.scheduler import LLMScheduler
+        from engine.llm.weights import find_weights
+
+        config = self.config
+        if not config.decoupled:
+            raise LoadError(
+                f"model '{config.name}': the llm backend streams its tokens: its config needs "
+                "model_transaction_policy { decoupled: true }"
+            )
+        source = find_weights(self.version_path, config.default_model_filename)
+        dtype = _parameter(config, "dtype", str, "float32")
+        runner = ModelRunner.load(source, dtype, str(self.device))
+        shape = runner.shape
+        max_model_len = _parameter(config, "max_model_len", int, min(shape.max_position_embeddings, 2048))
+        max_num_seqs = _positive("max_num_seqs", _parameter(config, "max_num_seqs", int, 32), config)
+        batched = _parameter(config, "max_num_batched_tokens", int, max(512, max_num_seqs))
+        block_size = _positive("kv_block_size", _parameter(config, "kv_block_size", int, 16), config)
+        num_blocks = _parameter(config, "kv_num_blocks", int, 0)
+        if num_blocks <= 0:
+            budget = _positive("kv_cache_memory_mb", _parameter(config, "kv_cache_memory_mb", int, 256), config)
+            num_blocks = budget * 2**20 // runner.block_bytes(block_size)
+        if max_model_len > shape.max_position_embeddings:
+            raise LoadError(
+                f"model '{config.name}': parameter 'max_model_len' ({max_model_len}) is over the model's "
+                f"max_position_embeddings ({shape.max_position_embeddings})"
+            )
+        if num_blocks * block_size < max_model_len:
+            raise LoadError(
+                f"model '{config.name}': the KV cache holds {num_blocks} blocks of {block_size} tokens "
+                f"({num_blocks * block_size}), less than max_model_len ({max_model_len}): raise kv_num_blocks or "
+                "kv_cache_memory_mb, or lower max_model_len"
+            )
+        prefix = _parameter(config, "enable_prefix_caching", _switch, True)
+        self.default_max_tokens = _positive(
+            "default_max_tokens", _parameter(config, "default_max_tokens", int, 64), config
+        )
+        try:
+            scheduler = LLMScheduler(BlockManager(num_blocks, block_size, prefix), batched, max_num_seqs, max_model_len)
+        except InvalidArgument as exc:
+            raise LoadError(f"model '{config.name}': {exc.message}") from None
+        runner.allocate_cache(num_blocks, block_size)
+        self.runner = runner
+        self.tokenizer = runner.tokenizer
+        self.max_model_len = max_model_len
+        self.engine = LLMEngine(runner, scheduler, config.name, _eos_ids(runner))
+        self.engine.start()
+
+    # --- requests -----------------------------------------------------------------------------------------------
+    def prepare_requests(self, requests: list[InferenceRequest]) -> list[Any]:
+        """Each request as a GenerationRequest (tokenized, sampling checked), or its own error."""
+        prepared: list[Any] = []
+        for request in requests:
+            try:
+                prepared.append((request, self._generation(request)))
+            except InferaError as exc:
+                prepared.append((request, exc))
+        return prepared
+
+    def _generation(self, request: InferenceRequest) -> Any:
+        from engine.llm.engine_loop import GenerationRequest
+        from engine.llm.sampling import SamplingParams
+
+        if request.stream is None:
+            raise InvalidArgument(f"model '{self.config.name}' streams its answer: use generate or a stream")
+        options = {k: v for k, v in request.parameters.items() if k in _SAMPLING_FIELDS or k == "stop"}
+        given = _text(request, "sampling_parameters")
+        if given is not None:
+            try:
+                document = json.loads(given)
+            except ValueError:
+                raise InvalidArgument("sampling_parameters must be a JSON object") from None
+            if not isinstance(document, dict):
+                raise InvalidArgument("sampling_parameters must be a JSON object")
+            options |= document
+        for name, cast in SCALARS.items():
+            array = request.inputs.get(name)
+            if array is not None and array.size:
+                options[name] = cast(np.asarray(array).reshape(-1)[0].item())
+        options = {k: _number(v) for k, v in options.items()}
+        stop = options.pop("stop", None) or []
+        if isinstance(stop, str):
+            stop = [stop]
+        if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+            raise InvalidArgument("stop must be a string or a list of strings")
+        options.setdefault("max_tokens", self.default_max_tokens)
+        params = SamplingParams.from_options(options)
+        if params.n != 1:
+            raise InvalidArgument(
+                f"n must be 1 for model '{self.config.name}' (one choice per request), got {params.n}"
+            )
+        prompt = self._prompt_ids(request)
+        if len(prompt) >= self.max_model_len:
+            raise InvalidArgument(
+                f"the prompt has {len(prompt)} tokens and model '{self.config.name}' takes at most "
+                f"{self.max_model_len - 1} (max_model_len {self.max_model_len} leaves room for one token)"
+            )
+        streamed = request.inputs.get("stream")
+        per_token = bool(streamed is not None and streamed.size and np.asarray(streamed).reshape(-1)[0])
+        sink = _Sink(request.stream, per_token)
+        return GenerationRequest(prompt, params, sink, stop=stop, priority=request.priority)
+
+    def _prompt_ids(self, request: InferenceRequest) -> list[int]:
+        messages = _text(request, MESSAGES_INPUT)
+        if messages is not None:
+            try:
+                conversation = json.loads(messages)
+            except ValueError:
+                raise InvalidArgument("messages must be a JSON list of {role, content} objects") from None
+            if not isinstance(conversation, list) or not all(
+                isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+                for m in conversation
+            ):
+                raise InvalidArgument("messages must be a JSON list of {role, content} objects")
+            if not getattr(self.tokenizer, "chat_template", None):
+                raise InvalidArgument(f"model '{self.config.name}' has no chat template: send text_input instead")
+            text = self.tokenizer.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False)
+            return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        text = _text(request, TEXT_INPUT)
+        if text is None:
+            raise InvalidArgument(f"model '{self.config.name}' needs '{TEXT_INPUT}' or '{MESSAGES_INPUT}'")
+        ids = list(self.tokenizer(text)["input_ids"])
+        if not ids:
+            raise InvalidArgument("the prompt is empty: it needs at least one token")
+        return ids
+
+    def execute(self, batch: list[Any]) -> list[dict[str, np.ndarray] | InferaError]:
+        results: list[dict[str, np.ndarray] | InferaError] = []
+        for request, generation in batch:
+            if isinstance(generation, InferaError):
+                results.append(generation)
+                continue
+            try:
+                request_id = self.engine.submit(generation)
+            except InferaError as exc:
+                results.append(exc)
+                continue
+            stream = request.stream
+            stream.on_cancel = functools.partial(self.engine.cancel, request_id)
+            if stream.cancelled.is_set():
+                self.engine.cancel(request_id)
+            results.append({})  # answered through its stream
+        return results
+
+    def split(self, outputs: list[Any], batch_sizes: list[int]) -> list[Any]:
+        return outputs
+
+    def unload(self) -> None:
+        engine = getattr(self, "engine", None)
+        if engine is not None:
+            engine.stop()
+        self.engine = None
+        self.runner = None
+
+
+_SAMPLING_FIELDS = frozenset(
+    "n max_tokens temperature top_p top_k min_p repetition_penalty presence_penalty frequency_penalty logit_bias "
+    "seed stop_token_ids logprobs".split()
+)
+
+
+def _number(value: Any) -> Any:
+    """A numeric string (sampling_parameters may carry "0.5") as its number; anything else unchanged."""
+    if isinstance(value, str):
+        for cast in (int, float):
+            try:
+                return cast(value)
+            except ValueError:
+                continue
+    return value
+
+
+def _text(request: InferenceRequest, name: str) -> str | None:
+    array = request.inputs.get(name)
+    if array is None or not np.asarray(array).size:
+        return None
+    item = np.asarray(array).reshape(-1)[0]
+    return item.decode("utf-8", errors="replace") if isinstance(item, bytes) else str(item)
+
+
+def _eos_ids(runner: Any) -> list[int]:
+    """The tokenizer's eos first, then the generation config's (a model may end a turn with several)."""
+    ids: list[int] = []
+    if runner.tokenizer.eos_token_id is not None:
+        ids.append(int(runner.tokenizer.eos_token_id))
+    configured = getattr(getattr(runner.model, "generation_config", None), "eos_token_id", None)
+    for token in configured if isinstance(configured, list) else [configured]:
+        if token is not None and int(token) not in ids:
+            ids.append(int(token))
+    return ids
+
+
+class _Sink:
+    """A request's updates to its response stream: a response per token, or one with the whole text."""
+
+    def __init__(self, stream: Any, per_token: bool) -> None:
+        self.stream = stream
+        self.per_token = per_token
+        self.text: list[str] = []
+
+    def __call__(self, update: Any) -> None:
+        try:
+            self._send(update)
+        except StreamClosed:
+            pass  # the stream ended already (its version stopped)
+
+    def _send(self, update: Any) -> None:
+        stream = self.stream
+        if update.error is not None:
+            error = update.error if isinstance(update.error, InferaError) else BackendError(str(update.error))
+            stream.fail(error)
+            return
+        if update.finish_reason == "abort":
+            stream.send(final=True)
+            return
+        if not update.finished:
+            if self.per_token:
+                stream.send(_text_output(update.text))
+            else:
+                self.text.append(update.text)
+            return
+        text = update.text if self.per_token else "".join(self.text) + update.text
+        outputs = _text_output(text)
+        outputs["finish_reason"] = np.array([update.finish_reason.encode()], dtype=np.object_)
+        for name in COUNT_OUTPUTS:
+            outputs[name] = np.array([getattr(update, name)], dtype=np.int32)
+        stream.send(outputs, final=True)
+
+
+def _text_output(text: str) -> dict[str, np.ndarray]:
+    return {TEXT_OUTPUT: np.array([text.encode("utf-8")], dtype=np.object_)}

@@ -25,6 +25,7 @@ DATABASE_SCHEMES = ("sqlite", "postgres", "postgresql", "pgsql")
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 INFERENCE_AUTH_CHOICES = ("token", "none", "auto")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+ACCESS_LOG_FORMATS = ("text", "json")
 DEFAULT_API_RATE = "600/min"
 MAX_WORKERS = 64
 REPLICA_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
@@ -49,6 +50,9 @@ class InferaSettings:
     token_check_seconds: int = 5
     token_grace_seconds: int = 900
     log_level: str = "INFO"
+    access_log_format: str = "text"  # text: the server's own access lines; json: one JSON object a line
+    access_log_sample: int = 1  # one access line in N, with the count it stands for (1: every request)
+    log_queue: int = 200_000  # log lines waiting for the writer thread; past it they are dropped and counted
     inference_auth: str = "auto"
     login_max_failures: int = 5
     login_window_seconds: int = 300
@@ -135,6 +139,10 @@ def read_settings(environ: Mapping[str, str] | None = None) -> InferaSettings:
         # how long a token checked before a database outage keeps working through it
         token_grace_seconds=env_int("INFERA_TOKEN_GRACE_SECONDS", 900, minimum=0, maximum=86400, environ=env),
         log_level=env_choice("INFERA_LOG_LEVEL", "INFO", LOG_LEVELS, environ=env),
+        access_log_format=env_choice("INFERA_ACCESS_LOG_FORMAT", "text", ACCESS_LOG_FORMATS, environ=env),
+        access_log_sample=env_int("INFERA_ACCESS_LOG_SAMPLE", 1, minimum=1, maximum=1_000_000, environ=env),
+        # written off the event loop (console/log_writer.py); only a stream that stops taking lines fills it
+        log_queue=env_int("INFERA_LOG_QUEUE", 200_000, minimum=1000, maximum=10_000_000, environ=env),
         inference_auth=env_choice("INFERA_INFERENCE_AUTH", "auto", INFERENCE_AUTH_CHOICES, environ=env),
         login_max_failures=env_int("INFERA_LOGIN_MAX_FAILURES", 5, minimum=1, environ=env),
         login_window_seconds=env_int("INFERA_LOGIN_WINDOW_SECONDS", 300, minimum=1, environ=env),

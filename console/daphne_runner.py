@@ -36,10 +36,9 @@ def run_daphne(
     # daphne.server installs Twisted's asyncio reactor; it must be imported before anything touches Twisted
     from daphne.server import Server  # isort: skip
 
-    from daphne.access import AccessLogGenerator
     from twisted.internet import defer, reactor
 
-    from console.access_log import MaskedAccessLog
+    from console.access_log import start_log_writer
     from console.accounts.inference_auth import resolve_mode
     from console.composition import build_application
     from console.daphne_limits import limit_request_bodies, time_requests
@@ -75,10 +74,11 @@ def run_daphne(
         reactor.stop()  # closes every connection, cancels what still runs, then stops the runtime
 
     reactor.addSystemEventTrigger("before", "shutdown", stop_runtime)
+    writer, access_lines = start_log_writer(infera, server="daphne", access_log=access_log)
     server = DrainingServer(
         application=application,
         endpoints=_endpoints(host, port, shared=identity is not None and identity.has_workers),
-        action_logger=AccessLogGenerator(MaskedAccessLog(sys.stdout)) if access_log else None,
+        action_logger=access_lines,  # each line queued for the log writer's thread (console/access_log.py)
         ready_callable=start_runtime,
         signal_handlers=False,  # ours: drain on the first signal, exit on the second
     )
@@ -91,6 +91,8 @@ def run_daphne(
         server.run()
     finally:
         signals.restore()
+        writer.close()  # every line queued until the end of the drain is written
+        sys.stdout.flush()
 
 
 def _endpoints(host: str, port: int, *, shared: bool) -> list[str]:

@@ -14,6 +14,7 @@ import sys
 import threading
 from collections.abc import Generator
 from socket import socket
+from typing import Any
 
 import uvicorn
 
@@ -73,18 +74,19 @@ def run_uvicorn(
 ) -> None:
     """Serve the console application with uvicorn in the foreground until a signal ends it; a worker of
     `serve --workers` (`identity`) shares the port with the others (console/workers.py)."""
-    from console.access_log import mask_uvicorn_access_log
+    from console.access_log import mask_uvicorn_access_log, start_log_writer
     from console.composition import build_application
 
     # the runtime knows where it listens
     application = build_application(infera, listen_host=host, identity=identity)
     http = infera.engine.http
+    protocol = timed_protocol(http, application.runtime.connections, direct=application)
     config = uvicorn.Config(
         application,
         host=host,
         port=port,
         loop="uvloop",
-        http=timed_protocol(http, application.runtime.connections, direct=application),
+        http=protocol,
         lifespan="on",
         # forwarding headers are read by the application, from INFERA_TRUSTED_PROXIES only (console/forwarded.py)
         proxy_headers=False,
@@ -94,6 +96,24 @@ def run_uvicorn(
         timeout_graceful_shutdown=infera.engine.shutdown_grace_seconds,
     )
     mask_uvicorn_access_log()  # uvicorn has configured its loggers by now
+    writer, access_lines = start_log_writer(infera, server="uvicorn", access_log=access_log)
+    if access_lines is not None:
+        config.http = with_access_lines(protocol, access_lines)
     sockets = [reuse_port_socket(host, port)] if identity is not None and identity.has_workers else None
-    DrainingServer(config, application.runtime).run(sockets=sockets)
-    sys.stdout.flush()
+    try:
+        DrainingServer(config, application.runtime).run(sockets=sockets)
+    finally:
+        writer.close()  # every line queued until the end of the drain is written
+        sys.stdout.flush()
+
+
+def with_access_lines(protocol: type[Any], lines: object) -> type[Any]:
+    """`protocol` whose access logger (its direct answers' and uvicorn's cycles') is `lines`, which queues each
+    line for the log writer's thread (console/access_log.py) where uvicorn's logger formats and writes on the loop."""
+
+    class AccessLinesProtocol(protocol):  # type: ignore[valid-type,misc]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.access_logger = lines
+
+    return AccessLinesProtocol

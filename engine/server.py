@@ -76,6 +76,7 @@ class InferenceServer:
             self.settings.trace_dir,
             tensor_bytes=self.settings.trace.tensor_bytes,
             queue_traces=self.settings.trace.queue_traces,
+            start_up=self.settings.trace_start_up.as_trace_settings(),  # INFERA_TRACE_CONFIG
         )
         self._started = False
         self.startup_failure: str | None = None  # why start-up failed: not ready for good, not "still loading"

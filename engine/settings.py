@@ -10,6 +10,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 FALSE_WORDS = frozenset({"0", "false", "no", "off"})
@@ -186,6 +187,146 @@ class TraceLimits:
     queue_traces: int = 256  # INFERA_TRACE_QUEUE: finished traces waiting to be written; past it they are dropped
 
 
+TRACE_LEVEL_WORDS = {  # Triton's --trace-config level values (any case): off, timestamps (its synonyms), tensors
+    "off": "OFF",
+    "false": "OFF",
+    "timestamps": "TIMESTAMPS",
+    "true": "TIMESTAMPS",
+    "on": "TIMESTAMPS",
+    "min": "TIMESTAMPS",
+    "max": "TIMESTAMPS",
+    "tensors": "TENSORS",
+}
+TRACE_CONFIG_KEYS = {  # INFERA_TRACE_CONFIG's settings as Triton spells them -> the variable each stands for
+    "level": "INFERA_TRACE_LEVEL",
+    "rate": "INFERA_TRACE_RATE",
+    "count": "INFERA_TRACE_COUNT",
+    "mode": "",
+    "triton,file": "INFERA_TRACE_FILE",
+    "triton,log-frequency": "INFERA_TRACE_LOG_FREQUENCY",
+}
+
+
+@dataclass(frozen=True)
+class TraceStartUp:
+    """The global trace settings at start-up (Triton's `--trace-config`): clearing a global setting returns to these.
+
+    Each is an INFERA_TRACE_* variable, or an entry of INFERA_TRACE_CONFIG in Triton's own form, entries separated by
+    spaces: `level=TIMESTAMPS rate=1 count=-1 mode=triton triton,file=trace.json triton,log-frequency=50`.
+    """
+
+    level: tuple[str, ...] = ("OFF",)  # INFERA_TRACE_LEVEL: OFF, or TIMESTAMPS and/or TENSORS (comma-separated)
+    rate: int = 1000  # INFERA_TRACE_RATE: one request in N is traced
+    count: int = -1  # INFERA_TRACE_COUNT: traces to take, -1 for no limit
+    log_frequency: int = 0  # INFERA_TRACE_LOG_FREQUENCY: a new numbered file every N traces; 0 keeps one file
+    file: str = ""  # INFERA_TRACE_FILE: a file in INFERA_TRACE_DIR (as trace_file takes it); none: no trace files
+
+    def as_trace_settings(self) -> dict[str, Any]:
+        """In the trace extension's form (engine/tracing.py): trace_level a list, the rest strings."""
+        return {
+            "trace_level": list(self.level),
+            "trace_rate": str(self.rate),
+            "trace_count": str(self.count),
+            "log_frequency": str(self.log_frequency),
+            "trace_file": self.file,
+        }
+
+
+def _trace_config_entries(raw: str) -> dict[str, str]:
+    """INFERA_TRACE_CONFIG as {variable it stands for: value}, each entry checked as Triton's parser does."""
+    found: dict[str, str] = {}
+    for entry in raw.replace(";", " ").split():
+        key, equals, value = entry.partition("=")
+        key = key.strip().lower()
+        mode, comma, setting = key.rpartition(",")
+        if comma and mode not in ("triton", "opentelemetry"):
+            raise SettingError(
+                f"INFERA_TRACE_CONFIG: invalid value for trace mode option: {mode or '(none)'} in {entry!r}. "
+                'Available options are "triton" and "opentelemetry"'
+            )
+        if mode == "opentelemetry":
+            raise SettingError(f"INFERA_TRACE_CONFIG: {entry!r}: this server writes Triton's trace files only")
+        if not equals or not setting or not value:
+            raise SettingError(
+                f"INFERA_TRACE_CONFIG: --trace-config option format is '<trace mode>,<setting>=<value>'. Got {entry}"
+            )
+        if key not in TRACE_CONFIG_KEYS:
+            raise SettingError(
+                f"INFERA_TRACE_CONFIG: unknown setting {key!r} in {entry!r} "
+                f"(known: {', '.join(k + '=' for k in TRACE_CONFIG_KEYS)})"
+            )
+        if key == "mode":
+            if value.lower() != "triton":
+                raise SettingError(f"INFERA_TRACE_CONFIG: mode={value}: this server writes Triton's trace files only")
+            continue
+        variable = TRACE_CONFIG_KEYS[key]
+        if variable == "INFERA_TRACE_LEVEL" and variable in found:  # Triton: each level= adds a level
+            value = f"{found[variable]},{value}"
+        elif variable in found:
+            raise SettingError(f"INFERA_TRACE_CONFIG: {key}= is given twice")
+        found[variable] = value
+    return found
+
+
+def _trace_levels(name: str, raw: str) -> tuple[str, ...]:
+    """Levels as Triton reads --trace-config level=: an OFF anywhere turns tracing off."""
+    words = [word.strip().lower() for word in raw.split(",") if word.strip()]
+    unknown = [word for word in words if word not in TRACE_LEVEL_WORDS]
+    if unknown or not words:
+        raise SettingError(f"{name}: invalid value for trace level option: {raw!r} (OFF, TIMESTAMPS or TENSORS)")
+    levels = {TRACE_LEVEL_WORDS[word] for word in words}
+    if "OFF" in levels:
+        return ("OFF",)
+    return tuple(level for level in ("TIMESTAMPS", "TENSORS") if level in levels)
+
+
+def read_trace_start_up(env: Mapping[str, str], trace_dir: Path | None) -> TraceStartUp:
+    """The start-up trace settings from INFERA_TRACE_* and INFERA_TRACE_CONFIG (a setting given both ways is an
+    error, not a silent choice)."""
+    raw_config = read_text("INFERA_TRACE_CONFIG", env)
+    from_config = _trace_config_entries(raw_config) if raw_config else {}
+    values: dict[str, str] = {}
+    for name in ("INFERA_TRACE_LEVEL", "INFERA_TRACE_RATE", "INFERA_TRACE_COUNT", "INFERA_TRACE_LOG_FREQUENCY"):
+        direct = read_text(name, env)
+        if direct is not None and direct.strip() and name in from_config:
+            raise SettingError(f"{name} and INFERA_TRACE_CONFIG both set the trace {name[13:].lower()}; set one")
+        if name in from_config or (direct is not None and direct.strip()):
+            values[name] = from_config.get(name) or str(direct)
+    file = read_text("INFERA_TRACE_FILE", env)
+    if file and "INFERA_TRACE_FILE" in from_config:
+        raise SettingError("INFERA_TRACE_FILE and INFERA_TRACE_CONFIG's triton,file= are both set; set one")
+    file = (from_config.get("INFERA_TRACE_FILE") or file or "").strip()
+    if file and trace_dir is None:
+        raise SettingError(
+            f"the trace file {file!r} needs INFERA_TRACE_DIR: trace files are written only in that folder"
+        )
+    numbers = {name: _int_value(name, value) for name, value in values.items() if name != "INFERA_TRACE_LEVEL"}
+    start_up = TraceStartUp(
+        level=_trace_levels("INFERA_TRACE_LEVEL", values["INFERA_TRACE_LEVEL"])
+        if "INFERA_TRACE_LEVEL" in values
+        else TraceStartUp.level,
+        rate=numbers.get("INFERA_TRACE_RATE", TraceStartUp.rate),
+        count=numbers.get("INFERA_TRACE_COUNT", TraceStartUp.count),
+        log_frequency=numbers.get("INFERA_TRACE_LOG_FREQUENCY", TraceStartUp.log_frequency),
+        file=file,
+    )
+    for name, value, minimum, maximum in (
+        ("INFERA_TRACE_RATE", start_up.rate, 1, 2**32 - 1),
+        ("INFERA_TRACE_COUNT", start_up.count, -1, 2**31 - 1),
+        ("INFERA_TRACE_LOG_FREQUENCY", start_up.log_frequency, 0, 2**32 - 1),
+    ):
+        if not minimum <= value <= maximum:
+            raise SettingError(f"{name} must be between {minimum} and {maximum}, got {value}")
+    return start_up
+
+
+def _int_value(name: str, raw: str) -> int:
+    try:
+        return int(raw.strip())
+    except ValueError:
+        raise SettingError(f"{name} must be a whole number, got {raw!r}") from None
+
+
 def read_openai_limits(env: Mapping[str, str]) -> OpenAILimits:
     return OpenAILimits(
         max_body_bytes=read_int("INFERA_OPENAI_MAX_BODY_BYTES", OpenAILimits.max_body_bytes, env, minimum=1024),
@@ -225,6 +366,7 @@ class EngineSettings:
     max_concurrent_per_caller: int = 256  # requests one token (or user, or anonymous address) has in flight; 0: any
     trace_dir: Path | None = None  # where trace files may be written (INFERA_TRACE_DIR); None: no trace files
     trace: TraceLimits = field(default_factory=TraceLimits)
+    trace_start_up: TraceStartUp = field(default_factory=TraceStartUp)  # INFERA_TRACE_CONFIG, INFERA_TRACE_LEVEL...
     openai: OpenAILimits = field(default_factory=OpenAILimits)
     limits: ConfigLimits = field(default_factory=ConfigLimits)
     sandbox: SandboxSettings = field(default_factory=SandboxSettings)
@@ -304,10 +446,12 @@ def read_engine_settings(environ: Mapping[str, str] | None = None) -> EngineSett
             "INFERA_OPEN_REPOSITORY_CONTROL_ALLOWS_CODE=true needs INFERA_OPEN_REPOSITORY_CONTROL=true: it widens "
             "open repository control to models that run code"
         )
+    trace_dir = Path(trace_folder) if (trace_folder := read_text("INFERA_TRACE_DIR", env)) else None
     return EngineSettings(
         server_name=name,
-        trace_dir=Path(trace_dir) if (trace_dir := read_text("INFERA_TRACE_DIR", env)) else None,
+        trace_dir=trace_dir,
         trace=read_trace_limits(env),
+        trace_start_up=read_trace_start_up(env, trace_dir),
         openai=read_openai_limits(env),
         allow_code=read_bool("INFERA_ALLOW_PYTHON_MODELS", True, env),
         open_repository_control=open_control,

@@ -1,8 +1,11 @@
 """Triton's trace extension: sampled requests' timestamps, written as Triton's trace JSON to the trace file.
 
-Settings are global, or per model (a model's own settings override the global ones key by key, as Triton's do):
-`trace_level` (OFF, or TIMESTAMPS and/or TENSORS: each traced request's input and output tensors), `trace_rate` (one
-request in N is traced), `trace_count` (how many more traces, -1 for no limit), `log_frequency` (start a new numbered
+Settings are global, or per model (a model's own settings override the global ones key by key, as Triton's do);
+the global ones start as EngineSettings.trace_start_up (INFERA_TRACE_CONFIG, Triton's `--trace-config`), a global
+setting cleared (sent as null) returns to its start-up value, a model's cleared setting to the global one:
+`trace_level` (OFF, or TIMESTAMPS and/or TENSORS: each traced request's input and output tensors), `trace_rate` (the
+Nth request of every N is traced, as Triton counts), `trace_count` (how many more traces, -1 for no limit; it reads
+back as what is left, and setting or clearing it starts over), `log_frequency` (start a new numbered
 file every N traces; 0 keeps one file) and `trace_file`, a name in the server's trace folder (INFERA_TRACE_DIR): a
 caller may name a file there, never write elsewhere on the server; it reads back as it was set. A traced request
 collects REQUEST_START, QUEUE_START, COMPUTE_START, COMPUTE_INPUT_END, COMPUTE_OUTPUT_START, COMPUTE_END and
@@ -36,7 +39,7 @@ import orjson
 
 from engine.datatypes import wire_type_of
 from engine.errors import InferaError, InvalidArgument, Unsupported
-from engine.settings import TraceLimits
+from engine.settings import SettingError, TraceLimits
 
 log = logging.getLogger("infera.engine")
 
@@ -122,7 +125,7 @@ class Trace:
 @dataclass
 class _Settings:
     values: dict[str, Any]
-    seen: int = 0  # requests considered, for the rate
+    seen: int = 0  # requests considered since these settings last changed, for the rate
     remaining: int = -1  # traces left, from trace_count
 
 
@@ -135,15 +138,22 @@ class Tracer:
         *,
         tensor_bytes: int = TraceLimits.tensor_bytes,
         queue_traces: int = TraceLimits.queue_traces,
+        start_up: dict[str, Any] | None = None,
     ) -> None:
+        """`start_up`: the global settings at start-up (TraceStartUp.as_trace_settings()), over Triton's defaults."""
         self.directory = Path(directory) if directory is not None else None
         self.tensor_bytes = tensor_bytes
         self.dropped = 0  # finished traces not written because the writer's queue was full
-        self._global = _Settings(dict(DEFAULTS))
+        try:
+            checked = {key: _checked(key, value, self.directory) for key, value in (start_up or {}).items()}
+        except InferaError as exc:
+            raise SettingError(f"the start-up trace settings (INFERA_TRACE_CONFIG): {exc.message}") from None
+        self.start_up: dict[str, Any] = {**DEFAULTS, **{k: v for k, v in checked.items() if v is not None}}
+        self._global = _Settings(dict(self.start_up), remaining=int(self.start_up["trace_count"]))
+        self._any_level = self.start_up["trace_level"] != ["OFF"]  # whether any settings name a level but OFF
         self._models: dict[str, _Settings] = {}
         self._ids = itertools.count(1)
         self._lock = threading.Lock()  # the settings; never held while a file is written
-        self._any_level = False  # whether any settings (global or a model's) name a level other than OFF
         self._queue: queue.Queue[tuple[Trace, Future[None]]] = queue.Queue(maxsize=queue_traces)
         self._writer: threading.Thread | None = None
         self._writer_lock = threading.Lock()
@@ -152,28 +162,44 @@ class Tracer:
     # ---- settings
 
     def settings(self, model: str | None = None) -> dict[str, Any]:
+        """The settings in force, global or for `model`; trace_count is the traces still to take, as Triton's."""
         with self._lock:
             merged = dict(self._global.values)
-            if model and model in self._models:
-                merged.update(self._models[model].values)
+            own = self._models.get(model) if model else None
+            if own is not None:
+                merged.update(own.values)
+            merged["trace_count"] = str(self._in_force(own).remaining)
             return merged
 
     def update(self, changes: dict[str, Any], model: str | None = None) -> dict[str, Any]:
-        """Check every change, then apply them; a value of None clears a model's own setting."""
+        """Check every change, then apply them. A value of None clears a setting: a model's falls back to the global
+        one, a global one to its start-up value (as Triton's TraceManager does). The settings changed count their
+        requests anew (the rate) and keep the traces left unless trace_count itself was set or cleared."""
         checked = {key: _checked(key, value, self.directory) for key, value in changes.items()}
         with self._lock:
             target = self._global if not model else self._models.setdefault(model, _Settings({}))
+            was_own = bool(target.values) or not model
             for key, value in checked.items():
                 if value is None:
-                    target.values.pop(key, None) if model else target.values.__setitem__(key, DEFAULTS[key])
+                    target.values.pop(key, None) if model else target.values.__setitem__(key, self.start_up[key])
                 else:
                     target.values[key] = value
-            if "trace_count" in checked or "trace_level" in checked:
-                count = target.values.get("trace_count", self._global.values["trace_count"])
-                target.remaining = int(count)
+            target.seen = 0
+            if "trace_count" in checked or not was_own:
+                own_count = target.values.get("trace_count")
+                target.remaining = int(own_count) if own_count is not None else self._global.remaining
+            if not model:  # models following the global settings start over from them, as Triton's are remade
+                for state in self._models.values():
+                    state.seen = 0
+                    if "trace_count" not in state.values:
+                        state.remaining = self._global.remaining
             every = [self._global, *self._models.values()]
             self._any_level = any(s.values.get("trace_level", ["OFF"]) != ["OFF"] for s in every)
         return self.settings(model)
+
+    def _in_force(self, own: _Settings | None) -> _Settings:
+        """Whose counters a model's requests use: its own settings when it has any, else the global ones."""
+        return own if own is not None and own.values else self._global
 
     # ---- tracing
 
@@ -186,11 +212,11 @@ class Tracer:
             values = dict(self._global.values, **(own.values if own else {}))
             if values["trace_level"] == ["OFF"] or not values["trace_file"]:
                 return None
-            state = own if own is not None and own.values else self._global
-            state.seen += 1
-            if (state.seen - 1) % int(values["trace_rate"]):
-                return None
+            state = self._in_force(own)
             if state.remaining == 0:
+                return None
+            state.seen += 1
+            if state.seen % int(values["trace_rate"]):  # Triton traces the Nth request of every N
                 return None
             if state.remaining > 0:
                 state.remaining -= 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 from pathlib import Path
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 import pytest_asyncio
 
-from engine.admission import code_reason
+from engine.admission import Principal, admit, code_reason
 from engine.errors import InvalidArgument
 from engine.frontend.generate import answer_once, generate_request
 from engine.server import InferenceServer
@@ -124,3 +125,16 @@ async def test_a_bad_sampling_parameter_is_refused_naming_it(server):
 async def test_a_prompt_over_max_model_len_is_refused_with_400(server):
     with pytest.raises(InvalidArgument, match="max_model_len 128"):
         await server.infer_stream(text_request("the quick brown fox " * 60))
+
+
+async def test_an_operator_may_upload_it_and_it_is_trial_loaded_in_the_sandbox(tiny_llama_folder, tmp_path):
+    version = tmp_path / "uploaded" / "1"
+    shutil.copytree(tiny_llama_folder, version)
+    operator = Principal("operator", may_change_models=True, user_id=7, role="operator")
+    settings = EngineSettings()
+    assert settings.sandbox.enabled
+    config = await asyncio.to_thread(
+        admit, "uploaded", version, None, caller=operator, settings=settings, override={"backend": "llm"}
+    )
+    assert config.backend == "llm" and config.decoupled
+    assert config.parameters["openai_messages_input"] == "messages"

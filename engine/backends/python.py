@@ -13,6 +13,7 @@ import functools
 import itertools
 import json
 import logging
+import os
 import re
 import sys
 import threading
@@ -30,7 +31,7 @@ from engine.backends.python_model import ModelCodeError, ModelRunner, RequestDat
 from engine.backends.python_process import StubDied, StubProcess, stub_environment
 from engine.config import ModelConfig
 from engine.config_format import config_to_dict, parse_config_json
-from engine.datatypes import config_to_wire, numpy_dtype
+from engine.datatypes import wire_type_of
 from engine.errors import BackendError, InferaError, InvalidArgument, LoadError, NotFound, Unavailable, Unsupported
 from engine.streams import ResponseStream, StreamClosed
 from engine.types import InferenceRequest
@@ -127,6 +128,9 @@ class PythonBackend(Backend):
         return parse_config_json(completed, source=f"auto_complete_config() of model '{config.name}'")
 
     def load(self) -> None:
+        # absolute, as Triton's stub is given it: the stub runs in the version's folder, and model code reads
+        # args["model_repository"]; a repository named relative to the server's folder answered neither
+        self.version_path = Path(os.path.abspath(self.version_path))
         self.require_model_file()
         self.mode = execution_mode(self.config)
         self.host = EngineModelHost(self.config.name, self.context.instance_name, self.context.services)
@@ -162,6 +166,7 @@ class PythonBackend(Backend):
             "model_instance_kind": self.device.kind,
             "model_instance_name": self.context.instance_name,
             "model_instance_device_id": str(self.device.id),
+            # the model's own folder (absolute, see load), as Triton's: python_backend src/stub_launcher.cc
             "model_repository": str(self.version_path.parent),
             "model_version": self.version_path.name,
             "model_name": self.config.name,
@@ -404,22 +409,24 @@ class PythonBackend(Backend):
             return exc
 
     def _as_config_type(self, name: str, array: Any) -> np.ndarray:
-        """The output as the engine carries it (BYTES as object arrays of bytes), checked against the config."""
+        """The output as the engine carries it (BYTES as object arrays of bytes). A type other than the config's
+        passes through as its own, as Triton's python backend answers it (the response output takes the tensor's
+        dtype, python_backend src/infer_response.cc, and Triton's core checks it against no config); a type with
+        no Triton datatype at all is refused."""
         if not isinstance(array, np.ndarray):
             raise BackendError(
                 f"output '{name}' of model '{self.config.name}' is a {type(array).__name__}, not an array"
             )
-        declared = self.config.output_named(name)
         if array.dtype.kind in "OSU":
-            array = _bytes_array(array)
-        if declared is None:
-            return array
-        expected = numpy_dtype(config_to_wire(declared.data_type))
-        if array.dtype != expected:
-            actual = "BYTES" if array.dtype.kind == "O" else str(array.dtype)
+            return _bytes_array(array)
+        if not array.dtype.isnative:  # a big-endian array: the same numbers in this machine's order
+            array = array.astype(array.dtype.newbyteorder("="))
+        try:
+            wire_type_of(array)
+        except ValueError:
             raise BackendError(
-                f"output '{name}' of model '{self.config.name}' is {actual}, the config says {declared.data_type}"
-            )
+                f"output '{name}' of model '{self.config.name}' is {array.dtype}, which has no Triton datatype"
+            ) from None
         return array
 
     def split(self, outputs: list[Any], batch_sizes: list[int]) -> list[Any]:

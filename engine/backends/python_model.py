@@ -220,7 +220,7 @@ class ModelRunner:
         if response.has_error():
             error = response.error()
             return ResponseData(error=str(error.message()), code=int(error.code()))
-        return ResponseData(outputs={t.name(): t.as_numpy() for t in response.output_tensors()})
+        return ResponseData(outputs={t.name(): t._array() for t in response.output_tensors()})
 
 
 # ---- BLS requests between pb_utils objects and the engine's plain ModelCall
@@ -231,7 +231,7 @@ def model_call(request: pb_utils.InferenceRequest) -> ModelCall:
     return ModelCall(
         model_name=request.model_name(),
         model_version=int(request.model_version()),
-        inputs={tensor.name(): tensor.as_numpy() for tensor in request.inputs()},
+        inputs={tensor.name(): tensor._array() for tensor in request.inputs()},
         requested_outputs=request.requested_output_names(),
         parameters=json.loads(request.parameters()),
         request_id=request.request_id(),

@@ -34,6 +34,9 @@ TRITONSERVER_MEMORY_CPU = 0
 TRITONSERVER_MEMORY_CPU_PINNED = 1
 TRITONSERVER_MEMORY_GPU = 2
 
+# Triton's words (python_backend src/pb_tensor.cc, PbTensor::AsNumpy)
+BF16_AS_NUMPY = "Tensor dtype is BF16 and cannot be converted to NumPy. Use to_dlpack() and from_dlpack() instead."
+
 
 class ModelHost(Protocol):
     """What model code reaches outside itself through: the server (BLS), its metrics and its log."""
@@ -135,6 +138,13 @@ class Tensor:
         return self._name
 
     def as_numpy(self) -> np.ndarray:
+        """The tensor's numpy array; BF16 has none in numpy, so it raises as Triton's does (use to_dlpack())."""
+        if wire_type_of(self._data) == "BF16":
+            raise TritonModelException(BF16_AS_NUMPY)
+        return self._data
+
+    def _array(self) -> np.ndarray:
+        """The array the server carries, BF16 (ml_dtypes.bfloat16) included: not part of Triton's API."""
         return self._data
 
     def shape(self) -> list[int]:
@@ -232,11 +242,11 @@ class InferenceRequest:
         trace: Any = None,
         parameters: dict[str, Any] | str | None = None,
     ) -> None:
-        self._request_id = request_id
+        self._request_id = _text("request_id", request_id)
         self._correlation_id = correlation_id
         self._inputs = list(inputs or [])
-        self._requested_output_names = list(requested_output_names or [])
-        self._model_name = model_name
+        self._requested_output_names = [_text("requested_output_names", n) for n in requested_output_names or []]
+        self._model_name = _text("model_name", model_name)
         self._model_version = model_version
         self._flags = flags
         self._timeout = timeout
@@ -308,6 +318,16 @@ class InferenceRequest:
     def _check_target(self) -> None:
         if not self._model_name:
             raise TritonModelException("a BLS request needs model_name")
+
+
+def _text(argument: str, value: str | bytes) -> str:
+    """A string argument as Triton's binding takes it: str, or bytes in UTF-8 (pybind11 converts both)."""
+    if isinstance(value, (bytes, bytearray)):
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            raise TritonModelException(f"{argument} {bytes(value)[:60]!r} is not UTF-8 text") from None
+    return value
 
 
 class ResponseIterator:

@@ -80,6 +80,23 @@ def test_it_masks_secrets_in_text_and_json_lines() -> None:
         assert "token=***" in stream.getvalue()
 
 
+def test_its_quick_mask_masks_what_the_full_one_does() -> None:
+    from console.access_log import mask_access_field, mask_query
+
+    samples = [
+        "/v2/models/simple/infer",
+        "/a?x=1&token=s",
+        "/a&password=x",
+        "/k/ifr_abcdefghijk",
+        "/h/Authorization: Bearer abcdefghijklmnopqrstuvwxyz",
+        "/t/TOKEN abcdefghijklmnopqrstuvwxyz",
+        "PASSWORD=x",
+        "/IFR_abcdefghijk",
+    ]
+    for text in samples:
+        assert mask_access_field(text) == mask_query(text), text
+
+
 def test_its_json_lines_carry_what_the_server_knows() -> None:
     stream = io.StringIO()
     route = AccessRoute(stream, style="daphne", fmt="json")

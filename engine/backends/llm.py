@@ -18,7 +18,8 @@ tokens the prefix cache held). Config parameters `openai_text_input`, `openai_te
 Config parameters of the engine: `max_model_len` (prompt + output tokens; default the model's
 max_position_embeddings capped at 2048), `max_num_seqs` (32), `max_num_batched_tokens` (512), `kv_block_size` (16),
 `kv_num_blocks` or else `kv_cache_memory_mb` (256), `dtype` (float32, bfloat16, float16), `enable_prefix_caching`
-(true), `default_max_tokens` (64).
+(true), `default_max_tokens` (64). A request's priority is Triton's (1 the highest; 0 takes the config's
+`dynamic_batching.default_priority_level`, else 0): the scheduler serves the lower value first.
 """
 
 from __future__ import annotations
@@ -217,7 +218,12 @@ class LLMBackend(Backend):
         streamed = request.inputs.get("stream")
         per_token = bool(streamed is not None and streamed.size and np.asarray(streamed).reshape(-1)[0])
         sink = _Sink(request.stream, per_token)
-        return GenerationRequest(prompt, params, sink, stop=stop, priority=request.priority)
+        return GenerationRequest(prompt, params, sink, stop=stop, priority=self._priority(request.priority))
+
+    def _priority(self, given: int) -> int:
+        """Triton's priority (1 the highest, 0 the model's default level) as the scheduler's (lower value first)."""
+        batching = self.config.dynamic_batching
+        return given or (batching.default_priority_level if batching is not None else 0)
 
     def _prompt_ids(self, request: InferenceRequest) -> list[int]:
         messages = _text(request, MESSAGES_INPUT)
@@ -263,6 +269,11 @@ class LLMBackend(Backend):
 
     def split(self, outputs: list[Any], batch_sizes: list[int]) -> list[Any]:
         return outputs
+
+    def llm_stats(self) -> Any:
+        """The scheduler's counters and gauges (running, waiting, KV-cache usage, prefix hits, preemptions)."""
+        engine = getattr(self, "engine", None)
+        return engine.stats() if engine is not None else None
 
     def unload(self) -> None:
         engine = getattr(self, "engine", None)

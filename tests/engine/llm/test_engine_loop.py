@@ -190,3 +190,20 @@ def test_pickled_weights_are_refused_before_anything_loads(tiny_llama_folder, tm
 def test_a_version_folder_without_weights_names_what_it_needs(tmp_path):
     with pytest.raises(LoadError, match=r"no \.gguf file and no Hugging Face folder"):
         find_weights(tmp_path)
+
+
+def test_bfloat16_weights_and_cache_generate_too(tiny_llama_folder):
+    runner = ModelRunner.load(find_weights(tiny_llama_folder), dtype="bfloat16")
+    assert runner.dtype == torch.bfloat16
+    engine = start_engine(runner)
+    try:
+        sinks = [submit(engine, prompt) for prompt in PROMPTS[:3]]
+        assert all(sink.final.completion_tokens == MAX_TOKENS for sink in sinks)
+    finally:
+        engine.stop()
+    assert runner.cache.key[0].dtype == torch.bfloat16
+
+
+def test_an_unknown_dtype_is_refused_naming_the_parameter(tiny_llama_folder):
+    with pytest.raises(LoadError, match="parameter 'dtype' must be one of float32, bfloat16, float16"):
+        ModelRunner.load(find_weights(tiny_llama_folder), dtype="int4")

@@ -16,11 +16,15 @@ from engine.backends import python_utils as pb_utils
 from engine.backends.python_model import bls_responses, model_call
 from engine.custom_metrics import CustomMetrics
 from engine.errors import InferaError
-from engine.model_services import UNAVAILABLE
+from engine.model_services import INVALID_ARG, UNAVAILABLE
 from engine.types import ModelCall, ModelCallResult
 
 model_log = logging.getLogger("infera.model")
 NO_BLS_IN_TRIAL = "BLS requests are not available while a model version is trial-loaded"
+SELF_CALL = (
+    "model '{model}' may not call itself through BLS: the call would wait for one of its own instances, which may "
+    "all be waiting on such calls (call another model, or do the work in this one)"
+)
 Deliver = Callable[[ModelCallResult, bool], None]  # one response of a streamed BLS call, and whether it is the last
 
 
@@ -39,19 +43,30 @@ class EngineModelHost:
 
     def call(self, call: ModelCall) -> concurrent.futures.Future:
         """The future results of a BLS call from model code."""
-        if self.services is None:
+        refused = self._refusal(call)
+        if refused is not None:
             future: concurrent.futures.Future = concurrent.futures.Future()
-            future.set_result([ModelCallResult(error=NO_BLS_IN_TRIAL, code=UNAVAILABLE)])
+            future.set_result([refused])
             return future
         return self.services.call_from_thread(call)
 
     def open_stream(self, call: ModelCall, deliver: Deliver) -> Callable[[], None]:
         """Start a BLS call whose responses each go to `deliver(result, last)` (on the engine's loop); returns
         what cancels it."""
-        if self.services is None:
-            deliver(ModelCallResult(error=NO_BLS_IN_TRIAL, code=UNAVAILABLE), True)
+        refused = self._refusal(call)
+        if refused is not None:
+            deliver(refused, True)
             return lambda: None
         return self.services.stream_from_thread(call, deliver)
+
+    def _refusal(self, call: ModelCall) -> ModelCallResult | None:
+        """The answer to a call that may not run: none in a trial load, none into the calling model itself (its
+        instances hung for good waiting on themselves)."""
+        if self.services is None:
+            return ModelCallResult(error=NO_BLS_IN_TRIAL, code=UNAVAILABLE)
+        if call.model_name == self.model_name:
+            return ModelCallResult(error=SELF_CALL.format(model=self.model_name), code=INVALID_ARG)
+        return None
 
     def declare(self, name: str, description: str, kind: str) -> None:
         self.metrics.declare(self.owner, name, description, kind)

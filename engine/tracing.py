@@ -7,9 +7,10 @@ setting cleared (sent as null) returns to its start-up value, a model's cleared 
 Nth request of every N is traced, as Triton counts), `trace_count` (how many more traces, -1 for no limit; it reads
 back as what is left, and setting or clearing it starts over), `log_frequency` (start a new numbered
 file every N traces; 0 keeps one file) and `trace_file`, a name in the server's trace folder (INFERA_TRACE_DIR): a
-caller may name a file there, never write elsewhere on the server; it reads back as it was set. A traced request
-collects REQUEST_START, QUEUE_START, COMPUTE_START, COMPUTE_INPUT_END, COMPUTE_OUTPUT_START, COMPUTE_END and
-REQUEST_END, in nanoseconds of the monotonic clock, from the front end and the dispatcher.
+caller may name a file there, never write elsewhere on the server; it reads back as it was set. A trace file set at
+start-up (Triton's `--trace-config triton,file=`) is fixed, as Triton's: changing it over the network is refused.
+A traced request collects REQUEST_START, QUEUE_START, COMPUTE_START, COMPUTE_INPUT_END, COMPUTE_OUTPUT_START,
+COMPUTE_END and REQUEST_END, in nanoseconds of the monotonic clock, from the front end and the dispatcher.
 
 What tracing holds is bounded: a trace keeps at most INFERA_TRACE_TENSOR_BYTES of tensor data (the first elements of
 each tensor, marked `truncated`); a finished trace goes to one writer thread through a queue of INFERA_TRACE_QUEUE
@@ -54,6 +55,7 @@ DEFAULTS: dict[str, Any] = {
 }
 # Triton's types: rate and log_frequency uint32, count int32
 NUMBER_RANGES = {"trace_rate": (1, 2**32 - 1), "trace_count": (-1, 2**31 - 1), "log_frequency": (0, 2**32 - 1)}
+FILE_FIXED = "trace file location can not be updated through network protocol"  # Triton's words (http_server.cc)
 MAX_TRACE_FILE_CHARS = 255  # one file name's worth (NAME_MAX), subfolders included
 WRITER_IDLE_SECONDS = 5.0  # the writer thread ends after this long with nothing to write; the next trace starts one
 WRITER_BATCH = 64  # traces the writer takes from its queue for one round of writes
@@ -175,6 +177,8 @@ class Tracer:
         """Check every change, then apply them. A value of None clears a setting: a model's falls back to the global
         one, a global one to its start-up value (as Triton's TraceManager does). The settings changed count their
         requests anew (the rate) and keep the traces left unless trace_count itself was set or cleared."""
+        if "trace_file" in changes and self.start_up["trace_file"]:
+            raise Unsupported(f"{FILE_FIXED} (it was set at start-up: INFERA_TRACE_FILE)")
         checked = {key: _checked(key, value, self.directory) for key, value in changes.items()}
         with self._lock:
             target = self._global if not model else self._models.setdefault(model, _Settings({}))

@@ -63,9 +63,17 @@ def _is_count(value: Any) -> bool:
 
 def trace_settings(server: InferenceServer, model: str | None = None) -> dict[str, Any]:
     """The trace settings in force, global or for `model`."""
+    _check_trace_model(server, model)
     return server.tracer.settings(model)
 
 
 def update_trace_settings(server: InferenceServer, changes: dict[str, Any], model: str | None = None) -> dict[str, Any]:
     """Change trace settings (a model's own, or the global ones); the settings now in force."""
+    _check_trace_model(server, model)
     return server.tracer.update(changes, model)
+
+
+def _check_trace_model(server: InferenceServer, model: str | None) -> None:
+    """A model's trace settings exist only for a model that is ready, as Triton's (INVALID_ARG, its words)."""
+    if model and not server.model_ready(model):
+        raise InvalidArgument(f"Request for unknown model : {model}")

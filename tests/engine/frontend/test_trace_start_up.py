@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
 
+from engine.errors import Unsupported
 from engine.settings import SettingError, TraceStartUp, read_engine_settings
 from engine.tracing import Tracer
 from tests.engine.frontend.server_process import free_port, running_server
@@ -98,7 +100,11 @@ def test_clearing_falls_back_to_start_up_then_global_values(tmp_path):
     tracer.update({"trace_rate": "1", "trace_level": ["TENSORS"], "log_frequency": "3"})
     cleared = tracer.update({"trace_rate": None, "trace_level": None})
     assert (cleared["trace_rate"], cleared["trace_level"], cleared["log_frequency"]) == ("6", ["TIMESTAMPS"], "3")
-    assert tracer.update({"trace_file": None})["trace_file"] == "g.log"
+    with pytest.raises(Unsupported, match="can not be updated through network protocol"):
+        tracer.update({"trace_file": None})  # set at start-up, it stays, as Triton's
+    unfixed = Tracer(tmp_path, start_up=TraceStartUp(level=("TIMESTAMPS",)).as_trace_settings())
+    assert unfixed.update({"trace_file": "mine.log"})["trace_file"] == "mine.log"  # a file in the trace folder
+    assert unfixed.update({"trace_file": None})["trace_file"] == ""
     tracer.update({"trace_rate": "2", "trace_level": ["OFF"]}, model="simple")
     assert tracer.update({"trace_level": None}, model="simple")["trace_level"] == ["TIMESTAMPS"]
     assert tracer.update({"trace_rate": None}, model="simple")["trace_rate"] == "6"
@@ -190,15 +196,47 @@ def test_the_start_up_rate_traces_every_sixth_request_and_a_count_reads_back_wha
     http = httpclient.InferenceServerClient(served.http_url)
     grpc = grpcclient.InferenceServerClient(served.grpc_url)
     http.update_trace_settings(settings={"trace_rate": None, "trace_level": None})  # the start-up values, counted anew
-    http.update_trace_settings("other", settings={"trace_file": "other.log"})
     for _ in range(6):
         http.infer("other", _inputs(httpclient))
         grpc.infer("other", _inputs(grpcclient))
-    records = json.loads((served.trace_dir / "other.log").read_text())
-    assert sum("timestamps" in record for record in records) == 2  # the 6th and the 12th, as Triton samples
+    assert _traces_of("other", served) == 2  # the 6th and the 12th, as Triton samples
     assert http.update_trace_settings("other", settings={"trace_count": "1", "trace_rate": "1"})["trace_count"] == "1"
     http.infer("other", _inputs(httpclient))
     grpc.infer("other", _inputs(grpcclient))
     assert http.get_trace_settings("other")["trace_count"] == "0"
     assert http.get_trace_settings()["trace_count"] == "-1"  # the global count is its own
-    assert sum("timestamps" in record for record in json.loads((served.trace_dir / "other.log").read_text())) == 3
+    assert _traces_of("other", served) == 3
+
+
+def _traces_of(model: str, served: Served) -> int:
+    records = json.loads((served.trace_dir / "global_trace.log").read_text())
+    return sum(record.get("model_name") == model for record in records)
+
+
+@pytest.mark.server
+def test_a_trace_file_set_at_start_up_cannot_be_changed_over_the_network(served):
+    words = "trace file location can not be updated through network protocol"
+    http = httpclient.InferenceServerClient(served.http_url)
+    with pytest.raises(InferenceServerException, match=words) as refused:
+        http.update_trace_settings("simple", settings={"trace_file": "model.log"})
+    assert refused.value.status() == "501"
+    with pytest.raises(InferenceServerException, match=words) as refused:
+        grpcclient.InferenceServerClient(served.grpc_url).update_trace_settings(settings={"trace_file": None})
+    assert refused.value.status() == "StatusCode.UNIMPLEMENTED"
+    assert (
+        http.get_trace_settings("simple")["trace_file"]
+        == http.get_trace_settings()["trace_file"]
+        == ("global_trace.log")
+    )
+
+
+@pytest.mark.server
+def test_an_unknown_models_trace_settings_are_refused_in_tritons_words(served):
+    words = "Request for unknown model : does-not-exist"
+    with pytest.raises(InferenceServerException, match=words) as refused:
+        httpclient.InferenceServerClient(served.http_url).get_trace_settings("does-not-exist")
+    assert refused.value.status() == "400"
+    grpc = grpcclient.InferenceServerClient(served.grpc_url)
+    with pytest.raises(InferenceServerException, match=words) as refused:
+        grpc.update_trace_settings("does-not-exist", settings={"trace_rate": "1"})
+    assert refused.value.status() == "StatusCode.INVALID_ARGUMENT"

@@ -4,6 +4,8 @@ pair is FAILED with the cycle named, and the API deletes it, one member after th
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from asgiref.sync import sync_to_async
 
@@ -13,9 +15,11 @@ from console.registry.uploads import parse_config_text
 from console.runtime import Runtime
 from engine.server import InferenceServer
 from engine.settings import GrpcSettings
+from tests.conftest import manage_command, serve_process
 from tests.console.registry import conftest as registry_cast
 from tests.console.registry.conftest import ensemble_pbtxt
 from tests.console.registry.engine_helpers import infer, reconcile_once, register, states, stop_reconciler
+from tests.engine.model_factory import make_simple_onnx
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -81,3 +85,37 @@ async def test_ready_answers_503_when_the_runtime_failed_to_start(settings, tmp_
     scope = {"type": "http", "method": "GET", "path": "/v2/health/ready", "headers": [], "client": ("10.0.0.1", 1)}
     assert (await runtime.v2.respond(scope, None, body=b"")).status == 503
     await runtime.stop()
+
+
+# run by `manage.py shell`: ping and pong calling each other, stored as the release before the check stored them
+STORE_CYCLE = """
+from console.registry import ensemble_graph, services
+from console.registry.uploads import parse_config_text
+from tests.console.registry.conftest import ensemble_pbtxt
+ensemble_graph.cycle_problem = lambda *args, **kwargs: None
+for name, calls in (("ping", "pong"), ("pong", "ping")):
+    model = services.register_model(None, name)
+    services.add_version(None, model, None, config=parse_config_text(ensemble_pbtxt(name, model=calls)))
+"""
+
+
+@pytest.mark.server
+def test_a_real_server_serves_on_and_restarts_over_a_stored_cycle(tmp_path):
+    repo = tmp_path / "repo"
+    make_simple_onnx(repo)
+    var_dir, env = tmp_path / "var", {"INFERA_RECONCILE_SECONDS": "1", "INFERA_DISABLE_NVML": "1"}
+    with serve_process(var_dir, "--no-seed", env=env) as server:
+        manage = manage_command(var_dir, env)
+        manage("import_repository", str(repo))
+        manage("shell", "-c", STORE_CYCLE)
+        assert server.wait_for("/v2/models/simple/ready") == 200
+        deadline = time.monotonic() + 60
+        while "is a cycle" not in server.log() and time.monotonic() < deadline:
+            time.sleep(0.25)  # the running server's next passes meet the cycle
+        assert "'pong' -> 'ping' -> 'pong' is a cycle" in server.log() or "'ping' -> 'pong' -> 'ping'" in server.log()
+        assert server.get("/v2/health/ready")[0] == 200
+    with serve_process(var_dir, "--no-seed", env=env) as server:  # a restart over the stored cycle
+        assert server.wait_for("/v2/health/ready") == 200
+        assert server.get("/v2/models/simple/ready")[0] == 200
+        assert server.get("/v2/models/ping/ready")[0] == 400
+        assert "RecursionError" not in server.log()

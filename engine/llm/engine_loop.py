@@ -27,7 +27,7 @@ from engine.errors import BackendError, InvalidArgument
 from engine.llm.model_runner import ModelRunner
 from engine.llm.sampling import SamplingParams, SamplingRow, make_generator, sample
 from engine.llm.scheduler import LLMScheduler, LLMSequence, SequenceOutput
-from engine.llm.text import IncrementalText, StopStrings
+from engine.llm.text import IncrementalText, StopMatcher
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ class _Live:
     request: GenerationRequest
     seq: LLMSequence
     text: IncrementalText
-    stops: StopStrings
+    stops: StopMatcher
     generator: torch.Generator | None
 
 
@@ -175,7 +175,7 @@ class LLMEngine:
             request,
             seq,
             IncrementalText(self.runner.tokenizer, seq.prompt_token_ids),
-            StopStrings(request.stop),
+            StopMatcher(request.stop),
             make_generator(params, self.runner.device),
         )
         self._live[request.request_id] = live

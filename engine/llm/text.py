@@ -36,8 +36,12 @@ class IncrementalText:
         return after[len(before) :] if after.startswith(before) else ""
 
 
-class StopStrings:
-    """Cuts text at the first stop string, holding back only a tail that could still begin one."""
+class StopMatcher:
+    """Cuts text at the first stop string, holding back only a tail that could still begin one.
+
+    The same contract as engine/frontend/openai.py's StopMatcher (feed, rest), which can become this one: the engine
+    sits below the front ends, so the shared class lives here.
+    """
 
     def __init__(self, stops: Sequence[str]) -> None:
         self.stops = [stop for stop in stops if stop]

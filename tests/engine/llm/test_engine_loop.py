@@ -30,6 +30,7 @@ class Collected:
         self.updates: list[GenerationUpdate] = []
         self.done = threading.Event()
         self.first = threading.Event()
+        self.request_id: object = None
 
     def __call__(self, update: GenerationUpdate) -> None:
         self.updates.append(update)
@@ -80,7 +81,7 @@ def submit(engine: LLMEngine, prompt: str, **options: object) -> Collected:
     stop = options.pop("stop", ())
     params = SamplingParams(**{"max_tokens": MAX_TOKENS, "temperature": 0.0, **options})
     ids = engine.runner.tokenizer(prompt)["input_ids"]
-    engine.submit(GenerationRequest(ids, params, sink, stop=stop))
+    sink.request_id = engine.submit(GenerationRequest(ids, params, sink, stop=stop))
     return sink
 
 
@@ -118,7 +119,7 @@ def test_preemption_under_a_tiny_block_pool_gives_the_same_text(runner):
 def test_a_cancelled_request_frees_its_blocks_at_once(engine):
     sink = submit(engine, PROMPTS[5], max_tokens=150)
     assert sink.first.wait(WAIT_S)
-    engine.cancel(1)
+    engine.cancel(sink.request_id)
     assert sink.final.finish_reason == "abort"
     assert engine.scheduler.blocks.usage == 0.0
     assert not engine.scheduler.has_work()

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from engine.llm.text import IncrementalText, StopStrings
+from engine.llm.text import IncrementalText, StopMatcher
 
 
 def test_it_cuts_at_a_stop_string_split_across_pieces():
-    stops = StopStrings(["END"])
+    stops = StopMatcher(["END"])
     assert stops.feed("hello E") == ("hello ", False)
     assert stops.feed("N") == ("", False)
     assert stops.feed("D and more") == ("", True)
 
 
 def test_it_releases_a_held_tail_that_did_not_become_a_stop():
-    stops = StopStrings(["END"])
+    stops = StopMatcher(["END"])
     assert stops.feed("hello EN") == ("hello ", False)
     assert stops.feed("ough") == ("ENough", False)
     assert stops.feed("x E") == ("x ", False)
@@ -21,12 +21,12 @@ def test_it_releases_a_held_tail_that_did_not_become_a_stop():
 
 
 def test_the_earliest_of_several_stop_strings_wins():
-    stops = StopStrings(["b c", "a"])
+    stops = StopMatcher(["b c", "a"])
     assert stops.feed("x a b c") == ("x ", True)
 
 
 def test_without_stop_strings_every_piece_passes_at_once():
-    assert StopStrings([]).feed("any") == ("any", False)
+    assert StopMatcher([]).feed("any") == ("any", False)
 
 
 class CharTokenizer:

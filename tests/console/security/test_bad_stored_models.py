@@ -62,6 +62,30 @@ async def test_a_restart_serves_the_rest_and_fails_the_cycle_with_its_reason(sto
         await server.stop()
 
 
+async def test_a_reconcile_pass_fails_a_model_that_breaks_its_load_and_converges_the_rest(
+    operator, simple_onnx, store, monkeypatch
+):
+    await register(operator, "simple", [simple_onnx])
+    await register(operator, "other", [simple_onnx])
+    server = InferenceServer(store)
+    await server.start(load_models=False)
+    real = server.load_model
+
+    async def breaks_on_simple(name, **kwargs):
+        if name == "simple":
+            raise RecursionError("maximum recursion depth exceeded")
+        return await real(name, **kwargs)
+
+    monkeypatch.setattr(server, "load_model", breaks_on_simple)
+    try:
+        await reconcile_once(server)  # the pass goes on past the model that broke
+        assert await states("other") == {1: ("READY", "")}
+        assert await states("simple") == {1: ("FAILED", "RecursionError: maximum recursion depth exceeded")}
+    finally:
+        await stop_reconciler(server)
+        await server.stop()
+
+
 async def test_the_api_deletes_each_member_of_a_stored_cycle_unless_an_ensemble_outside_calls_it(
     stored_cycle, operator, as_operator
 ):

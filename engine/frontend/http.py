@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.admission import ANONYMOUS, Principal, may_not_change
 from engine.errors import InferaError, PayloadTooLarge, Unavailable
+from engine.frontend.caller_limits import CallerLimits, caller_key
 from engine.frontend.cross_site import check_repository_content_type, check_same_origin
 from engine.frontend.generate import StreamReply
 from engine.frontend.handlers import ASYNC_HANDLERS, SYNC_HANDLERS, Incoming, Reply, RepositoryControl, infer
@@ -71,6 +72,7 @@ class V2App:
         self.anonymous = Principal(ANONYMOUS.name, may_change_models=opened, may_load_code=code)
         if code:
             log.warning(OPEN_CODE_WARNING)
+        self.caller_limits = CallerLimits(server.settings.max_concurrent_per_caller)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -137,24 +139,33 @@ class V2App:
                     raise may_not_change(incoming.principal, route.model or "")
             if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
                 raise _too_large(self.max_body_bytes)  # refused before a byte of the body is read
-            if body is not None:
-                if len(body) > self.max_body_bytes:
-                    raise _too_large(self.max_body_bytes)
-                incoming.body = body
-            elif method == "POST":
-                incoming.body = await read_body(receive, self.max_body_bytes)
-            endpoint = route.endpoint
-            if endpoint == "infer":
-                reply = await infer(self.server, incoming)
-            else:
-                handler = SYNC_HANDLERS.get(endpoint)
-                if handler is not None:
-                    reply = handler(self.server, incoming)
+            caller = None
+            if route.endpoint not in HEALTH_ENDPOINTS:  # a caller's requests in flight, its body's reading included
+                client = scope.get("client")
+                caller = caller_key(incoming.principal, client[0] if client else None)
+                self.caller_limits.enter(caller)
+            try:
+                if body is not None:
+                    if len(body) > self.max_body_bytes:
+                        raise _too_large(self.max_body_bytes)
+                    incoming.body = body
+                elif method == "POST":
+                    incoming.body = await read_body(receive, self.max_body_bytes)
+                endpoint = route.endpoint
+                if endpoint == "infer":
+                    reply = await infer(self.server, incoming)
                 else:
-                    reply = await ASYNC_HANDLERS[endpoint](self.server, incoming)
+                    handler = SYNC_HANDLERS.get(endpoint)
+                    if handler is not None:
+                        reply = handler(self.server, incoming)
+                    else:
+                        reply = await ASYNC_HANDLERS[endpoint](self.server, incoming)
+            finally:
+                if caller is not None:
+                    self.caller_limits.leave(caller)
         except InferaError as exc:
             reply = Reply(exc.status, error_body(exc))
-            if isinstance(exc, Unavailable):
+            if isinstance(exc, Unavailable) or exc.status == 429:
                 reply.headers.append((b"retry-after", RETRY_AFTER_SECONDS))
             elif isinstance(exc, Unauthorized):
                 reply.headers.append((b"www-authenticate", b'Bearer realm="infera"'))

@@ -87,6 +87,8 @@ def run_workers(host: str, port: int, count: int, infera: InferaSettings, option
     command += ["--server", options["server"], "--grpc-port", str(grpc_port), "--no-seed"]
     if options["no_access_log"]:
         command.append("--no-access-log")
+    for entry in options.get("trace_config") or []:
+        command += ["--trace-config", entry]
     return WorkerSupervisor(command, count, infera.replica_name).run()
 
 

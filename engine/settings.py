@@ -232,38 +232,38 @@ class TraceStartUp:
         }
 
 
-def _trace_config_entries(raw: str) -> dict[str, str]:
-    """INFERA_TRACE_CONFIG as {variable it stands for: value}, each entry checked as Triton's parser does."""
+def _trace_config_entries(entries: list[str], source: str) -> dict[str, str]:
+    """Triton's --trace-config entries as {the variable each stands for: value}, checked as Triton's parser does."""
     found: dict[str, str] = {}
-    for entry in raw.replace(";", " ").split():
+    for entry in entries:
         key, equals, value = entry.partition("=")
         key = key.strip().lower()
         mode, comma, setting = key.rpartition(",")
         if comma and mode not in ("triton", "opentelemetry"):
             raise SettingError(
-                f"INFERA_TRACE_CONFIG: invalid value for trace mode option: {mode or '(none)'} in {entry!r}. "
+                f"{source}: invalid value for trace mode option: {mode or '(none)'} in {entry!r}. "
                 'Available options are "triton" and "opentelemetry"'
             )
         if mode == "opentelemetry":
-            raise SettingError(f"INFERA_TRACE_CONFIG: {entry!r}: this server writes Triton's trace files only")
+            raise SettingError(f"{source}: {entry!r}: this server writes Triton's trace files only")
         if not equals or not setting or not value:
             raise SettingError(
-                f"INFERA_TRACE_CONFIG: --trace-config option format is '<trace mode>,<setting>=<value>'. Got {entry}"
+                f"{source}: --trace-config option format is '<trace mode>,<setting>=<value>'. Got {entry}"
             )
         if key not in TRACE_CONFIG_KEYS:
             raise SettingError(
-                f"INFERA_TRACE_CONFIG: unknown setting {key!r} in {entry!r} "
+                f"{source}: unknown setting {key!r} in {entry!r} "
                 f"(known: {', '.join(k + '=' for k in TRACE_CONFIG_KEYS)})"
             )
         if key == "mode":
             if value.lower() != "triton":
-                raise SettingError(f"INFERA_TRACE_CONFIG: mode={value}: this server writes Triton's trace files only")
+                raise SettingError(f"{source}: mode={value}: this server writes Triton's trace files only")
             continue
         variable = TRACE_CONFIG_KEYS[key]
         if variable == "INFERA_TRACE_LEVEL" and variable in found:  # Triton: each level= adds a level
             value = f"{found[variable]},{value}"
         elif variable in found:
-            raise SettingError(f"INFERA_TRACE_CONFIG: {key}= is given twice")
+            raise SettingError(f"{source}: {key}= is given twice")
         found[variable] = value
     return found
 
@@ -280,26 +280,25 @@ def _trace_levels(name: str, raw: str) -> tuple[str, ...]:
     return tuple(level for level in ("TIMESTAMPS", "TENSORS") if level in levels)
 
 
-def read_trace_start_up(env: Mapping[str, str], trace_dir: Path | None) -> TraceStartUp:
-    """The start-up trace settings from INFERA_TRACE_* and INFERA_TRACE_CONFIG (a setting given both ways is an
-    error, not a silent choice)."""
-    raw_config = read_text("INFERA_TRACE_CONFIG", env)
-    from_config = _trace_config_entries(raw_config) if raw_config else {}
+def read_trace_start_up(env: Mapping[str, str], trace_config: list[str] | None = None) -> TraceStartUp:
+    """The start-up trace settings from INFERA_TRACE_* and INFERA_TRACE_CONFIG, or `trace_config` (`serve
+    --trace-config` entries) in its place; a setting given two ways is an error, not a silent choice. The trace file
+    is checked against the trace folder by the Tracer, which knows it (the console decides its default later)."""
+    source = "--trace-config" if trace_config is not None else "INFERA_TRACE_CONFIG"
+    if trace_config is None:
+        trace_config = (read_text("INFERA_TRACE_CONFIG", env) or "").replace(";", " ").split()
+    from_config = _trace_config_entries(trace_config, source)
     values: dict[str, str] = {}
     for name in ("INFERA_TRACE_LEVEL", "INFERA_TRACE_RATE", "INFERA_TRACE_COUNT", "INFERA_TRACE_LOG_FREQUENCY"):
         direct = read_text(name, env)
         if direct is not None and direct.strip() and name in from_config:
-            raise SettingError(f"{name} and INFERA_TRACE_CONFIG both set the trace {name[13:].lower()}; set one")
+            raise SettingError(f"{name} and {source} both set the trace {name[13:].lower()}; set one")
         if name in from_config or (direct is not None and direct.strip()):
             values[name] = from_config.get(name) or str(direct)
     file = read_text("INFERA_TRACE_FILE", env)
     if file and "INFERA_TRACE_FILE" in from_config:
-        raise SettingError("INFERA_TRACE_FILE and INFERA_TRACE_CONFIG's triton,file= are both set; set one")
+        raise SettingError(f"INFERA_TRACE_FILE and {source}'s triton,file= are both set; set one")
     file = (from_config.get("INFERA_TRACE_FILE") or file or "").strip()
-    if file and trace_dir is None:
-        raise SettingError(
-            f"the trace file {file!r} needs INFERA_TRACE_DIR: trace files are written only in that folder"
-        )
     numbers = {name: _int_value(name, value) for name, value in values.items() if name != "INFERA_TRACE_LEVEL"}
     start_up = TraceStartUp(
         level=_trace_levels("INFERA_TRACE_LEVEL", values["INFERA_TRACE_LEVEL"])
@@ -446,12 +445,11 @@ def read_engine_settings(environ: Mapping[str, str] | None = None) -> EngineSett
             "INFERA_OPEN_REPOSITORY_CONTROL_ALLOWS_CODE=true needs INFERA_OPEN_REPOSITORY_CONTROL=true: it widens "
             "open repository control to models that run code"
         )
-    trace_dir = Path(trace_folder) if (trace_folder := read_text("INFERA_TRACE_DIR", env)) else None
     return EngineSettings(
         server_name=name,
-        trace_dir=trace_dir,
+        trace_dir=Path(trace_dir) if (trace_dir := read_text("INFERA_TRACE_DIR", env)) else None,
         trace=read_trace_limits(env),
-        trace_start_up=read_trace_start_up(env, trace_dir),
+        trace_start_up=read_trace_start_up(env),
         openai=read_openai_limits(env),
         allow_code=read_bool("INFERA_ALLOW_PYTHON_MODELS", True, env),
         open_repository_control=open_control,

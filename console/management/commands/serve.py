@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import socket
 from typing import Any
 
@@ -21,6 +22,7 @@ from console.first_admin import ensure_admin
 from console.peers.identity import ProcessIdentity
 from console.startup import MigrationsMissing, start_up_lock, wait_for_migrations
 from console.workers import die_with_supervisor, run_workers
+from engine.settings import SettingError, read_trace_start_up
 
 
 class Command(BaseCommand):
@@ -55,6 +57,14 @@ class Command(BaseCommand):
             help="serving processes sharing the port, each with its own engine (default: $INFERA_WORKERS or 1)",
         )
         parser.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)  # set by the supervisor
+        parser.add_argument(
+            "--trace-config",
+            action="append",
+            default=None,
+            metavar="[triton,]SETTING=VALUE",
+            help="a trace setting at start-up as Triton takes it, e.g. level=TIMESTAMPS rate=1 triton,file=trace.json "
+            "(repeatable; in place of $INFERA_TRACE_CONFIG)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         host = options["host"] or env_str("HOST") or "127.0.0.1"
@@ -66,6 +76,11 @@ class Command(BaseCommand):
             if not 0 <= options["grpc_port"] < 65536:
                 raise CommandError(f"--grpc-port must be between 0 and 65535, got {options['grpc_port']}")
             infera = infera.replace(grpc=dataclasses.replace(infera.engine.grpc, port=options["grpc_port"]))
+        if options["trace_config"]:
+            try:
+                infera = infera.replace(trace_start_up=read_trace_start_up(os.environ, options["trace_config"]))
+            except SettingError as exc:
+                raise CommandError(str(exc)) from None
         workers = infera.workers if options["workers"] is None else options["workers"]
         if not 1 <= workers <= MAX_WORKERS:
             raise CommandError(f"--workers must be between 1 and {MAX_WORKERS}, got {workers}")

@@ -85,8 +85,9 @@ def test_it_refuses_a_bad_start_up_setting_naming_it(tmp_path, env, message):
 
 
 def test_it_refuses_a_trace_file_without_a_trace_folder_or_outside_it(tmp_path):
-    with pytest.raises(SettingError, match="needs INFERA_TRACE_DIR"):
-        read_engine_settings({"INFERA_TRACE_CONFIG": "triton,file=t.json"})
+    named = read_engine_settings({"INFERA_TRACE_CONFIG": "triton,file=t.json"}).trace_start_up.as_trace_settings()
+    with pytest.raises(SettingError, match=r"no trace folder \(INFERA_TRACE_DIR\)"):
+        Tracer(None, start_up=named)
     outside = TraceStartUp(file="../t.json").as_trace_settings()
     with pytest.raises(SettingError, match="must be a file in the trace folder"):
         Tracer(tmp_path, start_up=outside)
@@ -240,3 +241,38 @@ def test_an_unknown_models_trace_settings_are_refused_in_tritons_words(served):
     with pytest.raises(InferenceServerException, match=words) as refused:
         grpc.update_trace_settings("does-not-exist", settings={"trace_rate": "1"})
     assert refused.value.status() == "StatusCode.INVALID_ARGUMENT"
+
+
+# ---- manage.py serve --trace-config
+
+
+@pytest.mark.server
+@pytest.mark.slow
+def test_serve_takes_tritons_trace_config_flags(tmp_path):
+    from tests.conftest import serve_process
+
+    entries = ("triton,file=serve.json", "level=TIMESTAMPS", "rate=3")
+    flags = [flag for entry in entries for flag in ("--trace-config", entry)]
+    with serve_process(tmp_path / "var", "--no-seed", *flags) as server:
+        assert server.wait_for("/v2/health/ready") == 200
+        status, body = server.get("/v2/trace/setting")
+    assert status == 200
+    settings = json.loads(body)
+    assert settings["trace_file"] == "serve.json"  # in the console's trace folder, var/traces
+    assert (settings["trace_level"], settings["trace_rate"]) == (["TIMESTAMPS"], "3")
+
+
+def test_serve_passes_its_trace_config_flags_to_each_worker(monkeypatch):
+    from types import SimpleNamespace
+
+    from console import workers
+
+    started: list[list[str]] = []
+    monkeypatch.setattr(workers, "check_port_free", lambda host, port: None)
+    monkeypatch.setattr(
+        workers, "WorkerSupervisor", lambda command, count, name: SimpleNamespace(run=lambda: started.append(command))
+    )
+    infera = SimpleNamespace(engine=SimpleNamespace(grpc=SimpleNamespace(port=0)), replica_name="box")
+    options = {"server": "uvicorn", "no_access_log": False, "trace_config": ["level=TIMESTAMPS", "triton,file=t.json"]}
+    workers.run_workers("127.0.0.1", 8000, 2, infera, options)
+    assert started[0][-4:] == ["--trace-config", "level=TIMESTAMPS", "--trace-config", "triton,file=t.json"]

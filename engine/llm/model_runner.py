@@ -81,6 +81,12 @@ def slot_ids(table: tuple[int, ...], start: int, end: int, block_size: int) -> l
     return [table[i // block_size] * block_size + i % block_size for i in range(start, end)]
 
 
+def _table_slots(tables: torch.Tensor, block_size: int) -> torch.Tensor:
+    """[rows, blocks] block tables as [rows, blocks * block_size] slots, position by position."""
+    offsets = torch.arange(block_size, device=tables.device)
+    return (tables.unsqueeze(2) * block_size + offsets).reshape(tables.shape[0], -1)
+
+
 def step_inputs(plan: StepPlan, cache: PagedKVCache, device: torch.device) -> StepInputs:
     """Slots, gathers and masks of a plan (decodes first, then prefills, as the plan lists its chunks)."""
     size = cache.block_size
@@ -91,11 +97,9 @@ def step_inputs(plan: StepPlan, cache: PagedKVCache, device: torch.device) -> St
     if plan.decodes:
         lengths = [chunk.start + 1 for chunk in plan.decodes]
         longest = max(lengths)
-        rows = [
-            slot_ids(chunk.block_table, 0, n, size) + [0] * (longest - n)
-            for chunk, n in zip(plan.decodes, lengths, strict=True)
-        ]
-        decode_slots = torch.tensor(rows, dtype=torch.long, device=device)
+        widest = -(-longest // size)
+        tables = [list(c.block_table[:widest]) + [0] * (widest - len(c.block_table[:widest])) for c in plan.decodes]
+        decode_slots = _table_slots(torch.tensor(tables, dtype=torch.long, device=device), size)[:, :longest]
         if min(lengths) != longest:
             length = torch.tensor(lengths, device=device).unsqueeze(1)
             decode_mask = (torch.arange(longest, device=device).unsqueeze(0) < length)[:, None, None, :]
@@ -103,7 +107,8 @@ def step_inputs(plan: StepPlan, cache: PagedKVCache, device: torch.device) -> St
     row = len(plan.decodes)
     for chunk in plan.prefills:
         end = chunk.start + chunk.num_tokens
-        slots = torch.tensor(slot_ids(chunk.block_table, 0, end, size), dtype=torch.long, device=device)
+        table = torch.tensor(chunk.block_table[: -(-end // size)], dtype=torch.long, device=device)
+        slots = _table_slots(table.unsqueeze(0), size)[0, :end]
         mask = None
         if chunk.start:
             keys = torch.arange(end, device=device).unsqueeze(0)

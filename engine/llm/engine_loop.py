@@ -31,6 +31,8 @@ from engine.llm.text import IncrementalText, StopMatcher
 
 logger = logging.getLogger(__name__)
 
+EMPTY_PLAN_WAIT_S = 0.05  # a plan with nothing to run (cannot happen with a consistent cache): the next look
+
 
 class EngineFailed(BackendError):
     """The engine stopped: its model failed, or it is unloading."""
@@ -190,7 +192,10 @@ class LLMEngine:
     def step(self) -> None:
         """One turn of planning, model, sampling and answers."""
         plan = self.scheduler.schedule(self.clock())
-        if plan.is_empty:
+        if plan.is_empty:  # nothing fits yet: wait for a request or a cancel rather than spin
+            with self._wake:
+                if not (self._new or self._cancelled or self._stopping):
+                    self._wake.wait(EMPTY_PLAN_WAIT_S)
             return
         try:
             seq_ids, logits = self.runner.execute(plan)

@@ -26,6 +26,7 @@ REDIS_SCHEMES = ("redis", "rediss", "unix")
 INFERENCE_AUTH_CHOICES = ("token", "none", "auto")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 ACCESS_LOG_FORMATS = ("text", "json")
+MAX_ACCESS_LOG_SAMPLE = 1_000_000
 DEFAULT_API_RATE = "600/min"
 MAX_WORKERS = 64
 REPLICA_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
@@ -140,7 +141,7 @@ def read_settings(environ: Mapping[str, str] | None = None) -> InferaSettings:
         token_grace_seconds=env_int("INFERA_TOKEN_GRACE_SECONDS", 900, minimum=0, maximum=86400, environ=env),
         log_level=env_choice("INFERA_LOG_LEVEL", "INFO", LOG_LEVELS, environ=env),
         access_log_format=env_choice("INFERA_ACCESS_LOG_FORMAT", "text", ACCESS_LOG_FORMATS, environ=env),
-        access_log_sample=env_int("INFERA_ACCESS_LOG_SAMPLE", 1, minimum=1, maximum=1_000_000, environ=env),
+        access_log_sample=env_int("INFERA_ACCESS_LOG_SAMPLE", 1, minimum=1, maximum=MAX_ACCESS_LOG_SAMPLE, environ=env),
         # written off the event loop (console/log_writer.py); only a stream that stops taking lines fills it
         log_queue=env_int("INFERA_LOG_QUEUE", 200_000, minimum=1000, maximum=10_000_000, environ=env),
         inference_auth=env_choice("INFERA_INFERENCE_AUTH", "auto", INFERENCE_AUTH_CHOICES, environ=env),

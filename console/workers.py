@@ -87,6 +87,7 @@ def run_workers(host: str, port: int, count: int, infera: InferaSettings, option
     command += ["--server", options["server"], "--grpc-port", str(grpc_port), "--no-seed"]
     if options["no_access_log"]:
         command.append("--no-access-log")
+    command += ["--access-log-format", infera.access_log_format, "--access-log-sample", str(infera.access_log_sample)]
     for entry in options.get("trace_config") or []:
         command += ["--trace-config", entry]
     return WorkerSupervisor(command, count, infera.replica_name).run()

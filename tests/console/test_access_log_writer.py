@@ -196,6 +196,13 @@ def test_its_settings_are_read_strictly(tmp_path: Path) -> None:
         read_settings(base | {"INFERA_LOG_QUEUE": "10"})
 
 
+def test_serve_refuses_a_sample_out_of_range() -> None:
+    from django.core.management import CommandError, call_command
+
+    with pytest.raises(CommandError, match="--access-log-sample must be between 1 and 1000000, got 0"):
+        call_command("serve", "--access-log-sample", "0")
+
+
 # ---- a real server under load --------------------------------------------------------------------------------------
 
 
@@ -229,9 +236,9 @@ def loaded_paths(count: int) -> list[str]:
 @pytest.fixture(scope="module")
 def served_under_load(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[str]:
     """The log of a server that answered the load and was stopped (SIGINT: a drain) right after it."""
-    server_name, env = request.param
+    server_name, flags = request.param
     var_dir: Path = tmp_path_factory.mktemp("access-log") / "var"
-    with serve_process(var_dir, "--no-seed", "--server", server_name, "--grpc-port", "0", env=env) as server:
+    with serve_process(var_dir, "--no-seed", "--server", server_name, "--grpc-port", "0", *flags) as server:
         statuses = asyncio.run(load(int(server.base_url.rsplit(":", 1)[1]), loaded_paths(REQUESTS)))
         assert statuses == [200] * REQUESTS
         stop_process(server.process)  # the lines still queued are written by the end of the drain
@@ -244,7 +251,7 @@ def server_log(server: ServerProcess) -> str:
 
 
 @pytest.mark.server
-@pytest.mark.parametrize("served_under_load", [("uvicorn", {})], indirect=True)
+@pytest.mark.parametrize("served_under_load", [("uvicorn", [])], indirect=True)
 def test_serve_writes_one_access_line_per_request_under_load(served_under_load: str) -> None:
     lines = [line for line in served_under_load.splitlines() if "GET /v2/health/live" in line]
     assert len(lines) == REQUESTS
@@ -257,7 +264,7 @@ def test_serve_writes_one_access_line_per_request_under_load(served_under_load: 
 @pytest.mark.server
 @pytest.mark.parametrize(
     "served_under_load",
-    [("daphne", {"INFERA_ACCESS_LOG_FORMAT": "json", "INFERA_ACCESS_LOG_SAMPLE": "7"})],
+    [("daphne", ["--access-log-format", "json", "--access-log-sample", "7"])],
     indirect=True,
 )
 def test_serve_writes_sampled_json_lines_whose_counts_add_up_under_load(served_under_load: str) -> None:

@@ -16,7 +16,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from console.config import MAX_WORKERS, InferaSettings
+from console.config import ACCESS_LOG_FORMATS, MAX_ACCESS_LOG_SAMPLE, MAX_WORKERS, InferaSettings
 from console.env import env_int, env_str
 from console.first_admin import ensure_admin
 from console.peers.identity import ProcessIdentity
@@ -51,6 +51,19 @@ class Command(BaseCommand):
         )
         parser.add_argument("--no-access-log", action="store_true", help="do not log each request")
         parser.add_argument(
+            "--access-log-format",
+            choices=ACCESS_LOG_FORMATS,
+            default=None,
+            help="access lines as the server writes them or as JSON lines (default: $INFERA_ACCESS_LOG_FORMAT or text)",
+        )
+        parser.add_argument(
+            "--access-log-sample",
+            type=int,
+            default=None,
+            metavar="N",
+            help="write one access line in N, with the count it stands for (default: $INFERA_ACCESS_LOG_SAMPLE or 1)",
+        )
+        parser.add_argument(
             "--workers",
             type=int,
             default=None,
@@ -81,6 +94,13 @@ class Command(BaseCommand):
                 infera = infera.replace(trace_start_up=read_trace_start_up(os.environ, options["trace_config"]))
             except SettingError as exc:
                 raise CommandError(str(exc)) from None
+        if options["access_log_format"] is not None:
+            infera = infera.replace(access_log_format=options["access_log_format"])
+        sample = options["access_log_sample"]
+        if sample is not None:
+            if not 1 <= sample <= MAX_ACCESS_LOG_SAMPLE:
+                raise CommandError(f"--access-log-sample must be between 1 and {MAX_ACCESS_LOG_SAMPLE}, got {sample}")
+            infera = infera.replace(access_log_sample=sample)
         workers = infera.workers if options["workers"] is None else options["workers"]
         if not 1 <= workers <= MAX_WORKERS:
             raise CommandError(f"--workers must be between 1 and {MAX_WORKERS}, got {workers}")

@@ -178,7 +178,7 @@ class Tracer:
         one, a global one to its start-up value (as Triton's TraceManager does). The settings changed count their
         requests anew (the rate) and keep the traces left unless trace_count itself was set or cleared."""
         if "trace_file" in changes and self.start_up["trace_file"]:
-            raise Unsupported(f"{FILE_FIXED} (it was set at start-up: INFERA_TRACE_FILE)")
+            raise Unsupported(f"{FILE_FIXED} (this server's trace file was set at start-up)")
         checked = {key: _checked(key, value, self.directory) for key, value in changes.items()}
         with self._lock:
             target = self._global if not model else self._models.setdefault(model, _Settings({}))

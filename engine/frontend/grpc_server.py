@@ -5,12 +5,12 @@ ModelInferRequest into the HTTP document), the same authenticator (a token in th
 same repository control and the same errors, mapped to gRPC status codes as Triton maps its error kinds. Also served:
 grpc.health.v1 (the server, and each model by its name) and server reflection.
 
-Nothing big before authentication: `CallGate`, a server interceptor, authenticates each call on its metadata before
-its message is read (a refused call's message is never received, inflated or parsed) and binds the principal it
-found to the call's handler. Messages are limited to `max_message_bytes` after decompression (grpc core stops
-inflating there), parsed in the handler (a corrupt one answers INVALID_ARGUMENT), and each caller's calls in flight
-are counted (engine/frontend/caller_limits.py). A stream re-checks its credential with every message, and stops
-reading while its client does not read its answers.
+Nothing big before authentication: `CallGate` (grpc_calls.py), a server interceptor, authenticates each call on its
+metadata before its message is read (a refused call's message is never received, inflated or parsed) and binds the
+principal it found to the call's handler. Messages are limited to `max_message_bytes` after decompression (grpc
+core stops inflating there), parsed in the handler (a corrupt one answers INVALID_ARGUMENT), and each caller's
+calls in flight are counted (caller_limits.py). A stream re-checks its credential with every message, and stops
+reading while its client does not read its answers. Health checks and watchers: grpc_health_service.py.
 """
 
 from __future__ import annotations
@@ -20,12 +20,10 @@ import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import grpc
 from google.protobuf import descriptor_pb2, json_format
-from google.protobuf.message import DecodeError
 from grpc_health.v1 import health_pb2
 
 from engine.admission import ANONYMOUS, Principal, may_not_change
@@ -33,6 +31,8 @@ from engine.config_format import config_to_dict
 from engine.errors import InferaError, InvalidArgument
 from engine.frontend import extensions
 from engine.frontend.caller_limits import CallerLimits, caller_key
+from engine.frontend.grpc_calls import Binder, Call, CallGate, parsed, parsed_stream, peer_host, refusal, status_code
+from engine.frontend.grpc_health_service import HEALTH_METHODS, HEALTH_SERVICE, HealthService
 from engine.frontend.handlers import RepositoryControl
 from engine.frontend.http import Unauthorized
 from engine.frontend.routes import parse_version
@@ -59,94 +59,13 @@ log = logging.getLogger("infera.frontend")
 Authenticate = Callable[[dict[str, Any]], Awaitable[Principal]]
 # requests whose raw contents are larger than this decode on a worker thread (as HTTP bodies do)
 DECODE_ON_LOOP_BYTES = 256 * 1024
-HEALTH_SERVICE = "grpc.health.v1.Health"
 REFLECTION_SERVICES = ("grpc.reflection.v1alpha.ServerReflection", "grpc.reflection.v1.ServerReflection")
-# Triton's error kinds, as this engine's HTTP statuses, to gRPC status codes
-STATUS_CODES = {
-    400: grpc.StatusCode.INVALID_ARGUMENT,
-    401: grpc.StatusCode.UNAUTHENTICATED,
-    403: grpc.StatusCode.PERMISSION_DENIED,
-    404: grpc.StatusCode.NOT_FOUND,
-    409: grpc.StatusCode.ALREADY_EXISTS,
-    413: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    415: grpc.StatusCode.INVALID_ARGUMENT,
-    429: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    500: grpc.StatusCode.INTERNAL,
-    501: grpc.StatusCode.UNIMPLEMENTED,
-    503: grpc.StatusCode.UNAVAILABLE,
-}
 OPEN_METHODS = frozenset({"ServerLive", "ServerReady", "ModelReady"})
-HEALTH_METHODS = ("Check", "Watch")
-HEALTH_POLL_SECONDS = 1.0  # how often the one health poller reads the watched states (not once per watcher)
 COMPRESSION = {
     "none": grpc.Compression.NoCompression,
     "gzip": grpc.Compression.Gzip,
     "deflate": grpc.Compression.Deflate,
 }
-
-
-def status_code(error: InferaError) -> grpc.StatusCode:
-    return STATUS_CODES.get(error.status, grpc.StatusCode.UNKNOWN)
-
-
-@dataclass
-class Call:
-    """What a handler knows of one call: who made it, from where, and how to check its credential again."""
-
-    principal: Principal
-    peer: str = ""  # the client's address without its port
-    recheck: Callable[[], Awaitable[Principal]] | None = None  # None: nothing to revoke (no token)
-
-
-# a method's full path -> how to bind its handler to the principal found on the call's metadata
-Binder = Callable[[Sequence[tuple[str, Any]]], Awaitable[grpc.RpcMethodHandler]]
-
-
-class CallGate(grpc.aio.ServerInterceptor):
-    """Authenticates every call of the front end's own services on its metadata, before its message is read.
-
-    A refused call gets a handler that aborts without receiving anything (a request-streaming one, which reads
-    nothing until asked); an accepted call gets its handler with the principal bound to it. Other services
-    (reflection) pass through.
-    """
-
-    def __init__(self, binders: dict[str, Binder]) -> None:
-        self.binders = binders
-
-    async def intercept_service(
-        self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]], details: Any
-    ) -> grpc.RpcMethodHandler:
-        bind = self.binders.get(details.method)
-        if bind is None:
-            return await continuation(details)
-        return await bind(details.invocation_metadata or ())
-
-
-def _refusal(code: grpc.StatusCode, text: str) -> grpc.RpcMethodHandler:
-    """A handler that ends the call with `code` without reading its message."""
-
-    async def refuse(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> None:
-        await context.abort(code, text)
-
-    return grpc.stream_unary_rpc_method_handler(refuse)
-
-
-def _parsed(request_class: type, raw: bytes) -> Any:
-    """The message `raw` holds; InvalidArgument (INVALID_ARGUMENT) for bytes that are not one."""
-    try:
-        return request_class.FromString(raw)
-    except DecodeError as exc:
-        raise InvalidArgument(f"the request is not a valid {request_class.DESCRIPTOR.name} message: {exc}") from None
-
-
-async def _parsed_stream(request_class: type, raws: AsyncIterator[bytes]) -> AsyncIterator[Any]:
-    async for raw in raws:
-        yield _parsed(request_class, raw)
-
-
-def _peer_host(peer: str | None) -> str:
-    """`ipv4:127.0.0.1:5000` -> `ipv4:127.0.0.1`: a client is counted by its address, not by its port."""
-    return (peer or "").rpartition(":")[0] or (peer or "")
 
 
 class GrpcFrontEnd:
@@ -171,7 +90,7 @@ class GrpcFrontEnd:
         self.port: int | None = None
         self._grpc: grpc.aio.Server | None = None
         self.caller_limits = CallerLimits(server.settings.max_concurrent_per_caller)
-        self._health = HealthWatchers(self)
+        self.health = HealthService(server, settings)
 
     # ---- life
 
@@ -191,7 +110,7 @@ class GrpcFrontEnd:
         server = grpc.aio.server(
             options=options,
             compression=COMPRESSION[self.settings.response_compression],
-            interceptors=[CallGate({**self._inference_binders(), **self._health_binders()})],
+            interceptors=[CallGate({**self._inference_binders(), **self.health.binders(self._binder)})],
         )
         _enable_reflection(server)
         address = f"[{self.host}]:{self.settings.port}" if ":" in self.host else f"{self.host}:{self.settings.port}"
@@ -204,7 +123,7 @@ class GrpcFrontEnd:
     async def stop(self, grace: float | None = None) -> None:
         """Stop taking calls and let in-flight ones finish for `grace` seconds (the setting's, by default)."""
         server, self._grpc = self._grpc, None
-        self._health.stop()
+        self.health.watchers.stop()
         if server is not None:
             await server.stop(self.settings.shutdown_grace_seconds if grace is None else grace)
 
@@ -226,7 +145,7 @@ class GrpcFrontEnd:
             try:
                 principal = await self._principal(name, metadata)
             except InferaError as exc:
-                return _refusal(status_code(exc), exc.message)
+                return refusal(status_code(exc), exc.message)
             recheck = None
             if principal is not None and principal.token_id is not None and self.authenticate is not None:
                 recheck = functools.partial(self._authenticated, metadata)
@@ -241,7 +160,7 @@ class GrpcFrontEnd:
             async def handle(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
                 caller = None
                 try:
-                    request = _parsed(request_class, raw)
+                    request = parsed(request_class, raw)
                     if counted:
                         caller = self._enter(call, context)
                     return await implementation(request, call, response_class)
@@ -261,9 +180,9 @@ class GrpcFrontEnd:
     def _streaming(self, name: str, implementation: Callable, request_class: type, response_class: type) -> Callable:
         def bind(call: Call) -> grpc.RpcMethodHandler:
             async def handle(raws: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-                call.peer = _peer_host(context.peer())
+                call.peer = peer_host(context.peer())
                 ended: list[InferaError] = []
-                async for response in implementation(_parsed_stream(request_class, raws), call, context, ended):
+                async for response in implementation(parsed_stream(request_class, raws), call, context, ended):
                     yield response
                 if ended:  # the stream itself was refused (a revoked credential, a corrupt message)
                     await context.abort(status_code(ended[0]), ended[0].message)
@@ -276,7 +195,7 @@ class GrpcFrontEnd:
         """Count one more call of this caller in flight (TooManyInFlight past the limit); its key, to leave."""
         principal = call.principal
         if principal.token_id is None and principal.user_id is None and not call.peer:
-            call.peer = _peer_host(context.peer())
+            call.peer = peer_host(context.peer())
         key = caller_key(principal, call.peer)
         self.caller_limits.enter(key)
         return key
@@ -585,149 +504,6 @@ class GrpcFrontEnd:
             else:
                 slot.string_param = str(value)
         return answer
-
-    # ---- grpc.health.v1
-
-    def _health_binders(self) -> dict[str, Binder]:
-        check_class, answer_class = health_pb2.HealthCheckRequest, health_pb2.HealthCheckResponse
-
-        def bind_check(call: Call) -> grpc.RpcMethodHandler:
-            async def check(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
-                try:
-                    request = _parsed(check_class, raw)
-                    self._check_health_access(request.service, call.principal)
-                    status = self._health_status(request.service)
-                except InferaError as exc:
-                    await context.abort(status_code(exc), exc.message)
-                if status is None:
-                    await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service or model '{request.service}'")
-                return answer_class(status=status)
-
-            return grpc.unary_unary_rpc_method_handler(check, response_serializer=answer_class.SerializeToString)
-
-        def bind_watch(call: Call) -> grpc.RpcMethodHandler:
-            async def watch(raw: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-                try:
-                    request = _parsed(check_class, raw)
-                    self._check_health_access(request.service, call.principal)
-                except InferaError as exc:
-                    await context.abort(status_code(exc), exc.message)
-                async for status in self._health.watch(request.service, _peer_host(context.peer()), context):
-                    yield answer_class(status=status)
-
-            return grpc.unary_stream_rpc_method_handler(watch, response_serializer=answer_class.SerializeToString)
-
-        return {
-            f"/{HEALTH_SERVICE}/Check": self._binder("Check", bind_check),
-            f"/{HEALTH_SERVICE}/Watch": self._binder("Watch", bind_watch),
-        }
-
-    def _check_health_access(self, service: str, principal: Principal | None) -> None:
-        """The server's own health is open to all; a model's needs a token where the server needs one, so that
-        nobody without one learns which model names exist."""
-        if principal is None and service not in ("", messages.SERVICE):
-            raise Unauthorized("the health of a model needs an API token: send 'authorization: Bearer <key>'")
-
-    def _health_status(self, service: str, known: set[str] | None = None) -> int | None:
-        """SERVING or NOT_SERVING for the server ("") or a model by name; None for a name nobody knows.
-
-        `known`: the repository's model names, when the caller has read them already (one scan for many)."""
-        serving, not_serving = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
-        if service in ("", messages.SERVICE):
-            return serving if self.server.is_ready() else not_serving
-        if self.server.status(service).versions or service in (known if known is not None else self._model_names()):
-            return serving if self.server.model_ready(service) else not_serving
-        return None
-
-    def _model_names(self) -> set[str]:
-        return {row["name"] for row in self.server.repository_index()}
-
-
-class HealthWatchers:
-    """grpc.health.v1 Watch calls: capped in all and per client address, woken by one poller's change event.
-
-    One task reads the watched services' states every HEALTH_POLL_SECONDS while anyone watches (one repository
-    scan for all of them) and wakes the watchers only when a state changed; a watcher costs nothing in between.
-    """
-
-    def __init__(self, front_end: GrpcFrontEnd) -> None:
-        self.front_end = front_end
-        self.watched: dict[str, int] = {}  # service -> watchers
-        self.per_peer: dict[str, int] = {}
-        self.states: dict[str, int] = {}
-        self.changed = asyncio.Event()
-        self.poller: asyncio.Task[None] | None = None
-
-    @property
-    def count(self) -> int:
-        return sum(self.watched.values())
-
-    async def watch(self, service: str, peer: str, context: grpc.aio.ServicerContext) -> AsyncIterator[int]:
-        """The service's status now, then each change, until the client goes (or the server stops)."""
-        settings = self.front_end.settings
-        if self.count >= settings.max_health_watchers:
-            await context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"too many health watchers: at most {settings.max_health_watchers} at once "
-                "(INFERA_GRPC_MAX_HEALTH_WATCHERS)",
-            )
-        if self.per_peer.get(peer, 0) >= settings.max_health_watchers_per_peer:
-            await context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"too many health watchers from this address: at most {settings.max_health_watchers_per_peer} "
-                "at once (INFERA_GRPC_MAX_HEALTH_WATCHERS_PER_PEER)",
-            )
-        self.watched[service] = self.watched.get(service, 0) + 1
-        self.per_peer[peer] = self.per_peer.get(peer, 0) + 1
-        if self.poller is None:
-            self.poller = asyncio.ensure_future(self._poll())
-        try:
-            last = None
-            while True:
-                status = self.states.get(service)
-                if status is None:
-                    status = self._status(service, None)
-                    self.states[service] = status
-                if status != last:
-                    last = status
-                    yield status
-                changed = self.changed
-                await changed.wait()
-        finally:
-            _count_out(self.watched, service)
-            _count_out(self.per_peer, peer)
-            if not self.watched:
-                self.stop()
-
-    def stop(self) -> None:
-        poller, self.poller = self.poller, None
-        if poller is not None:
-            poller.cancel()
-        self.states.clear()
-
-    def _status(self, service: str, known: set[str] | None) -> int:
-        status = self.front_end._health_status(service, known)
-        return health_pb2.HealthCheckResponse.SERVICE_UNKNOWN if status is None else status
-
-    async def _poll(self) -> None:
-        while True:
-            await asyncio.sleep(HEALTH_POLL_SECONDS)
-            known = (
-                self.front_end._model_names() if any(s not in ("", messages.SERVICE) for s in self.watched) else None
-            )
-            states = {service: self._status(service, known) for service in self.watched}
-            if states != self.states:
-                self.states = states
-                changed, self.changed = self.changed, asyncio.Event()
-                changed.set()
-
-
-def _count_out(counts: dict[str, int], key: str) -> None:
-    left = counts.get(key, 0) - 1
-    if left > 0:
-        counts[key] = left
-    else:
-        counts.pop(key, None)
 
 
 def _stream_error(message: Any, text: str) -> Any:

@@ -23,7 +23,7 @@ from time import time as _now
 from typing import IO, TYPE_CHECKING, Any
 
 from console.accounts.log_masking import mask_secrets
-from console.log_writer import LogWriter
+from console.log_writer import LogWriter, write_lines
 
 if TYPE_CHECKING:
     from console.config import InferaSettings
@@ -142,8 +142,7 @@ class AccessRoute:
         lines.append(f"{line} [{count} requests]\n" if self.sample > 1 else line + "\n")
 
     def write(self, lines: list[str]) -> None:
-        self.stream.write("".join(lines))
-        self.stream.flush()
+        write_lines(self.stream, lines)
 
 
 def _UVICORN_TEXT(when: float, client: str, method: str, path: str, version: str, status: int, size: Any) -> str:

@@ -3,7 +3,8 @@
 A log line written on the loop costs it the record, the filters, the formatting and a write and flush per line; at
 64 connections the access log alone halved the requests a second. Here the loop appends a small tuple (an access
 line's fields) or the record (the application log) to a deque and returns; a thread wakes every INTERVAL seconds,
-formats what has arrived (filters and masking included) and writes each stream's lines in one write.
+formats what has arrived (filters and masking included) and writes each stream's lines a few KB a write
+(write_lines: whole lines, at most PIPE_BUF bytes, so processes sharing a pipe never split each other's lines).
 
 The queue holds at most `limit` items (INFERA_LOG_QUEUE); past it, which happens only when the stream itself stops
 taking lines (a stalled pipe, a full disk), items are dropped and counted, never waited for, and the writer says
@@ -15,11 +16,13 @@ from __future__ import annotations
 import atexit
 import collections
 import logging
+import select
 import sys
 import threading
 from typing import IO, Any, Protocol
 
 INTERVAL = 0.02  # seconds between two batches: a line waits at most this long
+PIPE_BUF = getattr(select, "PIPE_BUF", 512)  # bytes a pipe takes in one piece (4096 on Linux, POSIX's least 512)
 
 
 class Route(Protocol):
@@ -145,9 +148,36 @@ class LogWriter:
             pass
 
 
+def write_lines(stream: IO[str], lines: list[str]) -> None:
+    """Write whole lines in as few writes as a pipe keeps whole: each at most PIPE_BUF bytes, so that the lines of
+    processes sharing the stream (the workers of `serve --workers`, a pipe to a log collector) never interleave
+    within a line, as they did not when each line was a write of its own."""
+    chunk: list[str] = []
+    size = 0
+    for line in lines:
+        if chunk and size + len(line) > PIPE_BUF:
+            _write_chunk(stream, chunk)
+            chunk, size = [], 0
+        chunk.append(line)
+        size += len(line)
+    if chunk:
+        _write_chunk(stream, chunk)
+
+
+def _write_chunk(stream: IO[str], chunk: list[str]) -> None:
+    text = "".join(chunk)
+    if text.isascii() or len(chunk) == 1:  # characters are bytes: within PIPE_BUF
+        stream.write(text)
+        stream.flush()
+        return
+    for line in chunk:  # wider characters: a line a write, as before
+        stream.write(line)
+        stream.flush()
+
+
 class HandlerRoute:
     """The records of one of the process's own handlers: its filters (secrets masked) and formatter applied on the
-    writer thread; a stream handler's lines written in one write."""
+    writer thread; a stream handler's lines written together (write_lines)."""
 
     def __init__(self, handler: logging.Handler) -> None:
         self.handler = handler
@@ -164,8 +194,7 @@ class HandlerRoute:
     def write(self, lines: list[str]) -> None:
         handler = self.handler  # a StreamHandler: only theirs render lines
         with handler.lock or _NO_LOCK:
-            handler.stream.write("".join(lines))  # type: ignore[attr-defined]
-            handler.flush()
+            write_lines(handler.stream, lines)  # type: ignore[attr-defined]
 
     def finish(self, lines: list[str]) -> None:
         pass

@@ -179,6 +179,29 @@ def test_the_application_log_is_filtered_and_formatted_on_the_writer_thread() ->
     assert logger.handlers == [handler]  # given back at close
 
 
+def test_it_writes_whole_lines_at_most_a_pipe_buffer_at_a_time() -> None:
+    from console.log_writer import PIPE_BUF, write_lines
+
+    class Writes(io.StringIO):
+        writes: list[str]
+
+        def write(self, text: str) -> int:
+            self.writes.append(text)
+            return len(text)
+
+    stream = Writes()
+    stream.writes = []
+    lines = [f"line {n:05d} " + "x" * 90 + "\n" for n in range(1000)]
+    write_lines(stream, lines)
+    assert "".join(stream.writes) == "".join(lines)
+    assert all(len(w) <= PIPE_BUF and w.endswith("\n") for w in stream.writes)
+    assert len(stream.writes) < len(lines) // 30
+    wide = ["é" * 1000 + "\n"] * 3  # 3,003 characters, 6,003 bytes in UTF-8: a line a write
+    stream.writes = []
+    write_lines(stream, wide)
+    assert stream.writes == wide
+
+
 def test_its_settings_are_read_strictly(tmp_path: Path) -> None:
     from console.config import read_settings
     from console.env import EnvError

@@ -6,7 +6,8 @@ setting cleared (sent as null) returns to its start-up value, a model's cleared 
 `trace_level` (OFF, or TIMESTAMPS and/or TENSORS: each traced request's input and output tensors), `trace_rate` (the
 Nth request of every N is traced, as Triton counts), `trace_count` (how many more traces, -1 for no limit; it reads
 back as what is left, and setting or clearing it starts over), `log_frequency` (start a new numbered
-file every N traces; 0 keeps one file) and `trace_file`, a name in the server's trace folder (INFERA_TRACE_DIR): a
+file every N traces; 0 keeps one file, but traces under a trace_count go to a numbered file that ends with the last
+of them, as Triton writes them) and `trace_file`, a name in the server's trace folder (INFERA_TRACE_DIR): a
 caller may name a file there, never write elsewhere on the server; it reads back as it was set. A trace file set at
 start-up (Triton's `--trace-config triton,file=`) is fixed, as Triton's: changing it over the network is refused.
 A traced request collects REQUEST_START, QUEUE_START, COMPUTE_START, COMPUTE_INPUT_END, COMPUTE_OUTPUT_START,
@@ -98,6 +99,8 @@ class Trace:
     with_tensors: bool = False
     file: str = ""  # the trace_file setting in force when the trace began, and its log_frequency
     frequency: int = 0
+    counted: bool = False  # taken under a trace_count (not -1): it goes to a numbered file, as Triton's
+    last: bool = False  # the last trace that count allowed: its numbered file ends with it
     tensor_budget: int = TraceLimits.tensor_bytes  # tensor bytes this trace may still keep
 
     def mark(self, name: str, ns: int | None = None) -> None:
@@ -222,7 +225,8 @@ class Tracer:
             state.seen += 1
             if state.seen % int(values["trace_rate"]):  # Triton traces the Nth request of every N
                 return None
-            if state.remaining > 0:
+            counted = state.remaining > 0
+            if counted:
                 state.remaining -= 1
             levels = values["trace_level"]
             return Trace(
@@ -233,6 +237,8 @@ class Tracer:
                 with_tensors="TENSORS" in levels,
                 file=values["trace_file"],
                 frequency=int(values["log_frequency"]),
+                counted=counted,
+                last=counted and state.remaining == 0,
                 tensor_budget=self.tensor_bytes,
             )
 
@@ -305,15 +311,17 @@ class _TraceFiles:
             except InferaError as exc:
                 log.warning("trace %d not written: %s", trace.id, exc.message)
                 continue
-            target, fresh = self._target(path, trace.frequency)
+            target, fresh = self._target(path, trace)
             records = b",".join(orjson.dumps(record) for record in trace.to_json())
             pending.setdefault(target, (fresh, []))[1].append(records)
         for target, (fresh, pieces) in pending.items():
             _append(target, b",".join(pieces), fresh)
 
-    def _target(self, path: Path, frequency: int) -> tuple[Path, bool]:
-        """The file a trace goes to (log_frequency N: `<file>.<index>`, a new one every N traces); whether it is new."""
-        if frequency <= 0:
+    def _target(self, path: Path, trace: Trace) -> tuple[Path, bool]:
+        """The file a trace goes to, and whether it is new. As Triton's TraceFile: log_frequency N writes
+        `<file>.<index>`, a new index every N traces; traces under a trace_count go to `<file>.<index>` too, the index
+        moving on after the count's last trace; any other trace goes to `<file>` itself."""
+        if trace.frequency <= 0 and not trace.counted:
             fresh = path not in self.begun
             self.begun.add(path)
             return path, fresh
@@ -321,7 +329,7 @@ class _TraceFiles:
         target = path.with_name(f"{path.name}.{state[0]}")
         fresh = state[1] == 0
         state[1] += 1
-        if state[1] >= frequency:
+        if trace.last or (trace.frequency > 0 and state[1] >= trace.frequency):
             state[0], state[1] = state[0] + 1, 0
         return target, fresh
 

@@ -120,6 +120,26 @@ def test_it_traces_the_nth_request_and_reads_back_the_count_left(tmp_path):
     assert tracer.update({"trace_count": None})["trace_count"] == "-1"  # the start-up count, anew
 
 
+def test_traces_under_a_count_go_to_a_numbered_file_as_tritons(tmp_path):
+    """Triton's L0_trace "Update trace count": 20 traces without a count in <file>, the 5 of count 5 in <file>.0."""
+    start_up = TraceStartUp(level=("TIMESTAMPS",), rate=1, file="count.log")
+    tracer = Tracer(tmp_path, start_up=start_up.as_trace_settings())
+
+    def requests(count: int) -> None:
+        for _ in range(count):
+            trace = tracer.start("simple", 1)
+            if trace is not None:
+                tracer.submit(trace).result(timeout=60)
+
+    requests(20)
+    assert tracer.update({"trace_count": "5"})["trace_count"] == "5"
+    requests(20)
+    assert tracer.settings("simple")["trace_count"] == "0"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["count.log", "count.log.0"]
+    assert len(json.loads((tmp_path / "count.log").read_text())) == 2 * 20  # a model record and timestamps each
+    assert len(json.loads((tmp_path / "count.log.0").read_text())) == 2 * 5
+
+
 # ---- through a real server with tritonclient, HTTP and gRPC
 
 
@@ -206,11 +226,12 @@ def test_the_start_up_rate_traces_every_sixth_request_and_a_count_reads_back_wha
     grpc.infer("other", _inputs(grpcclient))
     assert http.get_trace_settings("other")["trace_count"] == "0"
     assert http.get_trace_settings()["trace_count"] == "-1"  # the global count is its own
-    assert _traces_of("other", served) == 3
+    assert _traces_of("other", served) == 2
+    assert _traces_of("other", served, "global_trace.log.0") == 1  # a counted trace: a numbered file, as Triton's
 
 
-def _traces_of(model: str, served: Served) -> int:
-    records = json.loads((served.trace_dir / "global_trace.log").read_text())
+def _traces_of(model: str, served: Served, file: str = "global_trace.log") -> int:
+    records = json.loads((served.trace_dir / file).read_text())
     return sum(record.get("model_name") == model for record in records)
 
 

@@ -8,15 +8,14 @@ import queue
 import threading
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 
 import grpc
-import numpy as np
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from tests.conftest import ServerProcess, manage_command, serve_process
+from tests.engine.frontend.test_grpc_security import peak_rss_kb, simple_request
 from tests.engine.model_factory import make_simple_onnx
 
 pytestmark = pytest.mark.server
@@ -49,14 +48,6 @@ def api(server: ServerProcess, key: str, method: str, path: str, body: dict | No
         return response.status, json.loads(text) if text else {}
 
 
-def infer_request() -> service_pb2.ModelInferRequest:
-    request = service_pb2.ModelInferRequest(model_name="simple")
-    for name in ("INPUT0", "INPUT1"):
-        request.inputs.add(name=name, datatype="INT32", shape=[1, 16])
-        request.raw_input_contents.append(np.ones(16, np.int32).tobytes())
-    return request
-
-
 def wait_ready(channel: grpc.Channel, key: str) -> None:
     stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
     for _ in range(1200):
@@ -81,11 +72,11 @@ def test_a_revoked_token_ends_its_open_stream(token_server):
         stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
         answers = stub.ModelStreamInfer(requests(), metadata=(("authorization", f"Bearer {issued['key']}"),))
         try:
-            sent.put(infer_request())
+            sent.put(simple_request())
             first = next(answers)
             assert not first.error_message and first.infer_response.model_name == "simple"
             assert api(server, admin_key, "DELETE", f"/api/tokens/{issued['id']}/")[0] == 204
-            sent.put(infer_request())
+            sent.put(simple_request())
             with pytest.raises(grpc.RpcError) as ended:
                 next(answers)
             assert ended.value.code() == grpc.StatusCode.UNAUTHENTICATED
@@ -94,17 +85,10 @@ def test_a_revoked_token_ends_its_open_stream(token_server):
             answers.cancel()
 
 
-def peak_rss_kb(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1])
-    raise AssertionError("no VmHWM")
-
-
 @pytest.mark.parametrize("compression", [grpc.Compression.Gzip, grpc.Compression.NoCompression])
 def test_an_unauthenticated_big_message_costs_the_server_nothing(token_server, compression):
     server, _ = token_server
-    message = infer_request()
+    message = simple_request()
     message.raw_input_contents[0] = bytes(BIG)
     payload = message.SerializeToString()
     with grpc.insecure_channel(server.grpc_address, options=[("grpc.max_send_message_length", -1)]) as channel:

@@ -7,10 +7,9 @@ import asyncio
 from pathlib import Path
 
 import grpc
-import numpy as np
 import pytest
 import pytest_asyncio
-from tritonclient.grpc import service_pb2, service_pb2_grpc
+from tritonclient.grpc import service_pb2_grpc
 
 from engine.admission import Principal
 from engine.frontend import V2App
@@ -19,6 +18,7 @@ from engine.frontend.grpc_server import GrpcFrontEnd
 from engine.frontend.http import Unauthorized
 from engine.server import InferenceServer
 from engine.settings import EngineSettings, GrpcSettings, read_engine_settings
+from tests.engine.frontend.test_grpc_security import simple_request
 from tests.engine.model_factory import make_simple_onnx
 
 on_module_loop = pytest.mark.asyncio(loop_scope="module")
@@ -124,14 +124,6 @@ async def authenticate(scope: dict) -> Principal:
     raise Unauthorized("invalid API token")
 
 
-def grpc_request() -> service_pb2.ModelInferRequest:
-    request = service_pb2.ModelInferRequest(model_name="simple")
-    for name in ("INPUT0", "INPUT1"):
-        request.inputs.add(name=name, datatype="INT32", shape=[1, 16])
-        request.raw_input_contents.append(np.ones(16, np.int32).tobytes())
-    return request
-
-
 @on_module_loop
 async def test_grpc_refuses_a_tokens_call_past_its_limit_with_resource_exhausted(engine, held_infer):
     started, release = held_infer
@@ -141,20 +133,20 @@ async def test_grpc_refuses_a_tokens_call_past_its_limit_with_resource_exhausted
         async with grpc.aio.insecure_channel(f"127.0.0.1:{front_end.port}") as channel:
             stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
             one, two = (("authorization", "Bearer one"),), (("authorization", "Bearer two"),)
-            first = asyncio.ensure_future(stub.ModelInfer(grpc_request(), metadata=one))
+            first = asyncio.ensure_future(stub.ModelInfer(simple_request(), metadata=one))
             await started.wait()
             with pytest.raises(grpc.aio.AioRpcError) as refused:
-                await stub.ModelInfer(grpc_request(), metadata=one, timeout=30)
+                await stub.ModelInfer(simple_request(), metadata=one, timeout=30)
             assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
             assert "INFERA_MAX_CONCURRENT_PER_CALLER" in refused.value.details()
-            stream = stub.ModelStreamInfer(iter([grpc_request()]), metadata=one)  # a stream's requests count too
+            stream = stub.ModelStreamInfer(iter([simple_request()]), metadata=one)  # a stream's requests count too
             answer = await stream.read()
             assert "INFERA_MAX_CONCURRENT_PER_CALLER" in answer.error_message
             stream.cancel()
-            other = asyncio.ensure_future(stub.ModelInfer(grpc_request(), metadata=two))  # another token
+            other = asyncio.ensure_future(stub.ModelInfer(simple_request(), metadata=two))  # another token
             release.set()
             await asyncio.gather(first, other)
-            await stub.ModelInfer(grpc_request(), metadata=one)
+            await stub.ModelInfer(simple_request(), metadata=one)
             assert not front_end.caller_limits._in_flight
     finally:
         await front_end.stop(0)

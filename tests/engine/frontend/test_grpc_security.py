@@ -100,6 +100,15 @@ def channel_of(front_end: GrpcFrontEnd) -> grpc.aio.Channel:
     return grpc.aio.insecure_channel(f"127.0.0.1:{front_end.port}")
 
 
+def simple_request() -> service_pb2.ModelInferRequest:
+    """A request for `simple`: two INT32 [1, 16] tensors of ones."""
+    request = service_pb2.ModelInferRequest(model_name="simple")
+    for name in ("INPUT0", "INPUT1"):
+        request.inputs.add(name=name, datatype="INT32", shape=[1, 16])
+        request.raw_input_contents.append(np.ones(16, np.int32).tobytes())
+    return request
+
+
 def echo_request(request_id: str, rows: int = ROWS) -> service_pb2.ModelInferRequest:
     request = service_pb2.ModelInferRequest(model_name="echo", id=request_id)
     request.inputs.add(name="INPUT0", datatype="FP32", shape=[rows])

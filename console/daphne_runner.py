@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from console.config import InferaSettings
+from console.log_writer import ABORT_WRITE_SECONDS
 from console.peers.identity import ProcessIdentity
 from console.shutdown import ShutdownSignals
 from console.workers import reuse_port_socket
@@ -85,7 +86,12 @@ def run_daphne(
     needs_token = resolve_mode(infera.inference_auth, host) == "token"
     limit_request_bodies(server, infera, v2_needs_token=needs_token)
     time_requests(infera.engine.http, runtime.connections)
-    signals = ShutdownSignals(drain=lambda: reactor.callFromThread(asyncio.ensure_future, drain()), abort=runtime.abort)
+
+    def abort() -> None:
+        runtime.abort()
+        writer.close(timeout=ABORT_WRITE_SECONDS)  # the lines queued so far: the process exits at once
+
+    signals = ShutdownSignals(drain=lambda: reactor.callFromThread(asyncio.ensure_future, drain()), abort=abort)
     signals.install()
     try:
         server.run()

@@ -22,6 +22,7 @@ import threading
 from typing import IO, Any, Protocol
 
 INTERVAL = 0.02  # seconds between two batches: a line waits at most this long
+ABORT_WRITE_SECONDS = 1.0  # how long a process exiting at once (a second signal) gives the queued lines
 PIPE_BUF = getattr(select, "PIPE_BUF", 512)  # bytes a pipe takes in one piece (4096 on Linux, POSIX's least 512)
 
 
@@ -85,8 +86,9 @@ class LogWriter:
                 replaced.append(forwarder)
             logger.handlers = replaced
 
-    def close(self) -> None:
-        """Give the loggers their own handlers back, then write everything queued and stop the thread."""
+    def close(self, timeout: float | None = None) -> None:
+        """Give the loggers their own handlers back, then write everything queued and stop the thread (waiting at
+        most `timeout` seconds for it: a process about to exit at once, on a second signal)."""
         if self._closed:
             return
         self._closed = True
@@ -94,7 +96,7 @@ class LogWriter:
             logger.handlers = handlers
         self._stop.set()
         if self._thread.is_alive():
-            self._thread.join()
+            self._thread.join(timeout)
         else:
             self._drain(final=True)
         atexit.unregister(self.close)
@@ -118,7 +120,8 @@ class LogWriter:
             try:
                 route.render(item, batch[1])
             except Exception:  # one bad item (a record whose arguments do not format) costs only its line
-                self._complain(f"a log line could not be formatted: {item[1:2]!r}\n")
+                name = getattr(item[1], "name", "access")  # the logger's name: its message may hold a secret
+                self._complain(f"a log line of {name} could not be formatted\n")
         if final:
             for route in self._routes:
                 batch = batches.get(id(route))

@@ -19,6 +19,7 @@ from typing import Any
 import uvicorn
 
 from console.config import InferaSettings
+from console.log_writer import ABORT_WRITE_SECONDS, LogWriter
 from console.peers.identity import ProcessIdentity
 from console.runtime import Runtime
 from console.shutdown import ShutdownSignals
@@ -31,10 +32,16 @@ logger = logging.getLogger("console.shutdown")
 class DrainingServer(uvicorn.Server):
     """uvicorn's server whose shutdown drains the runtime's requests before uvicorn's own steps."""
 
-    def __init__(self, config: uvicorn.Config, runtime: Runtime) -> None:
+    def __init__(self, config: uvicorn.Config, runtime: Runtime, log_writer: LogWriter | None = None) -> None:
         super().__init__(config)
         self.runtime = runtime
-        self.signals = ShutdownSignals(drain=self._signalled, abort=runtime.abort)
+        self.log_writer = log_writer
+        self.signals = ShutdownSignals(drain=self._signalled, abort=self._abort)
+
+    def _abort(self) -> None:
+        self.runtime.abort()
+        if self.log_writer is not None:  # the lines queued so far, within a second: the process exits at once
+            self.log_writer.close(timeout=ABORT_WRITE_SECONDS)
 
     def _signalled(self) -> None:
         self.should_exit = True  # the main loop notices within a tick and calls shutdown()
@@ -101,7 +108,7 @@ def run_uvicorn(
         config.http = with_access_lines(protocol, access_lines)
     sockets = [reuse_port_socket(host, port)] if identity is not None and identity.has_workers else None
     try:
-        DrainingServer(config, application.runtime).run(sockets=sockets)
+        DrainingServer(config, application.runtime, writer).run(sockets=sockets)
     finally:
         writer.close()  # every line queued until the end of the drain is written
         sys.stdout.flush()

@@ -203,6 +203,33 @@ def check_config(
     return resolved
 
 
+@dataclass(frozen=True)
+class Admissible:
+    """A version that passed the admissibility check (its name, the code decision for its caller, the server's
+    limits), not yet trial-loaded: `check` makes it once, `admit` trial-loads it without checking it again.
+
+    `config` is resolved (name, backend, platform filled) from the version folder's files, which a caller may move
+    (the registry renames its staged folder) before the trial load."""
+
+    name: str
+    config: ModelConfig
+    caller: Principal
+
+
+def check(
+    name: str,
+    version_dir: Path,
+    config: ModelConfig | None,
+    caller: Principal,
+    settings: EngineSettings,
+    override: dict | None = None,
+) -> Admissible:
+    """The admissibility check of a version from outside, made once: raises CodeRefused (403) or InvalidArgument."""
+    resolved = check_admissible(name, version_dir, config, caller, settings, override)
+    check_limits(resolved, settings.limits)
+    return Admissible(name, resolved, caller)
+
+
 def admit(
     name: str,
     version_dir: Path,
@@ -212,15 +239,21 @@ def admit(
     settings: EngineSettings,
     gpus: int = 0,
     override: dict | None = None,
+    checked: Admissible | None = None,
 ) -> ModelConfig:
     """The effective config of a version from outside, once it is allowed, within limits, and trial-loaded.
 
-    Completion and the trial load run in the sandbox (unless INFERA_SANDBOX_TRIAL_LOADS is off): parsing the
-    files and running the loader happen in a child process with no network and bounded resources. Raises
-    CodeRefused (403), InvalidArgument (config) or LoadError (the runtime's reason).
+    `checked` is the version's `check`, when its caller made it already (then `config` and `override` are not
+    read). Completion and the trial load run in the sandbox (unless INFERA_SANDBOX_TRIAL_LOADS is off): parsing the
+    files and running the loader happen in a child process with no network and bounded resources; `gpus` is the
+    machine's GPU count, against which its instance groups are placed. Raises CodeRefused (403), InvalidArgument
+    (config) or LoadError (the runtime's reason).
     """
-    resolved = check_admissible(name, version_dir, config, caller, settings, override)
-    check_limits(resolved, settings.limits)
+    if checked is None:
+        checked = check(name, version_dir, config, caller, settings, override)
+    elif checked.name != name:
+        raise InvalidArgument(f"the admission check of model '{checked.name}' does not admit model '{name}'")
+    resolved = checked.config
     if settings.sandbox.enabled:
         from engine.sandbox import trial_load_isolated
 
@@ -229,7 +262,7 @@ def admit(
         effective = complete_config(name, Path(version_dir).parent, Path(version_dir), resolved)
         trial_load(effective, Path(version_dir), gpus)
     # completion may have filled the config in (batching, tensors): the filled config is what will load
-    check_code(effective, caller, settings)
+    check_code(effective, checked.caller, settings)
     check_limits(effective, settings.limits)
     return effective
 

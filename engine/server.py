@@ -167,7 +167,7 @@ class InferenceServer:
     def is_ready(self) -> bool:
         return self._started and not self._held and not self._draining
 
-    async def admit(
+    def check_admissible(
         self,
         name: str,
         version_dir: Path,
@@ -175,10 +175,34 @@ class InferenceServer:
         *,
         caller: Principal,
         override: dict | None = None,
+    ) -> admission.Admissible:
+        """The admissibility check of a version from outside (who asks, its code, this server's limits), made once:
+        a caller that records a version before trial-loading it checks first and hands the result to `admit`."""
+        return admission.check(name, Path(version_dir), config, caller, self.settings, override)
+
+    def check_config(
+        self, name: str, version_dir: Path, config: ModelConfig, *, caller: Principal
+    ) -> admission.Admissible:
+        """An edited config for a stored version, checked as its load would check it with nothing loaded
+        (engine.admission.check_config); its effective config is what `admit` then trial-loads."""
+        effective = admission.check_config(name, Path(version_dir), config, caller, self.settings)
+        return admission.Admissible(name, effective, caller)
+
+    def admit_blocking(
+        self,
+        name: str,
+        version_dir: Path,
+        config: ModelConfig | None = None,
+        *,
+        caller: Principal,
+        override: dict | None = None,
+        checked: admission.Admissible | None = None,
     ) -> ModelConfig:
-        """The effective config of a version from outside, trial-loaded in the sandbox (see engine.admission)."""
-        return await asyncio.to_thread(
-            admission.admit,
+        """`admit` for a caller on a worker thread (the console's registry): blocks that thread, not the loop.
+
+        The one door every version from outside comes in by: trial-loaded against this machine's GPUs, the ones
+        this server places instances on."""
+        return admission.admit(
             name,
             Path(version_dir),
             config,
@@ -186,6 +210,22 @@ class InferenceServer:
             settings=self.settings,
             gpus=self.manager.gpus,
             override=override,
+            checked=checked,
+        )
+
+    async def admit(
+        self,
+        name: str,
+        version_dir: Path,
+        config: ModelConfig | None = None,
+        *,
+        caller: Principal,
+        override: dict | None = None,
+        checked: admission.Admissible | None = None,
+    ) -> ModelConfig:
+        """The effective config of a version from outside, trial-loaded in the sandbox (see engine.admission)."""
+        return await asyncio.to_thread(
+            self.admit_blocking, name, version_dir, config, caller=caller, override=override, checked=checked
         )
 
     async def load_model(

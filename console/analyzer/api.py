@@ -103,5 +103,7 @@ class AnalysisApplyView(AnalysisAPIView):
     def post(self, request: Request, name: str, pk: int) -> Response:
         form = AnalysisApplySerializer(data=request.data)
         form.is_valid(raise_exception=True)
-        version = services.apply_analysis(request.user, self.analysis(name, pk), form.validated_data.get("candidate"))
+        version = services.apply_analysis(
+            request.user, self.analysis(name, pk), form.validated_data.get("candidate"), server=self.server()
+        )
         return Response(VersionDetailSerializer(version, context=self._context()).data, status=201)

@@ -27,6 +27,7 @@ from engine.admission import Principal
 from engine.analysis import Candidate, analysis_inputs, candidate_config, concurrency_levels, grid_candidates
 from engine.config_format import parse_config_json
 from engine.errors import CodeRefused, InferaError
+from engine.server import InferenceServer
 
 MAX_CONFIGS = 8
 MAX_CONCURRENCY = 64
@@ -184,9 +185,12 @@ def cancel_analysis(actor: Any, analysis: Analysis, on_cancel: Callable[[], None
     return analysis
 
 
-def apply_analysis(actor: Any, analysis: Analysis, candidate: int | None = None) -> ModelVersion:
-    """The recommended config (or candidate `candidate`) as a new version of the analysed files, made active once it
-    loads. Refused (409) when the analysis is not done, or the model's active version is no longer the analysed one.
+def apply_analysis(
+    actor: Any, analysis: Analysis, candidate: int | None = None, *, server: InferenceServer | None = None
+) -> ModelVersion:
+    """The recommended config (or candidate `candidate`) as a new version of the analysed files, admitted by `server`
+    (registry.admitting) and made active once it loads. Refused (409) when the analysis is not done, or the model's
+    active version is no longer the analysed one.
     """
     _check_may_change(actor, analysis)
     model = registry.get_model(analysis.model.name)
@@ -206,7 +210,7 @@ def apply_analysis(actor: Any, analysis: Analysis, candidate: int | None = None)
         )
     chosen = candidates[candidate]
     notes = f"analysis {analysis.pk}: {chosen['label']}"
-    version = registry.add_version_with_config(actor, model, chosen["override"], notes=notes)
+    version = registry.add_version_with_config(actor, model, chosen["override"], notes=notes, server=server)
     with transaction.atomic():
         Analysis.objects.filter(pk=analysis.pk).update(applied_version=version.number)
         AuditEvent.record(actor, "analysis.apply", analysis.label, version=version.number, config=chosen["label"])

@@ -32,6 +32,8 @@ from console.registry.serializers import (
     VersionUploadSerializer,
 )
 from console.registry.uploads import max_upload_bytes, too_large
+from console.runtime import runtime_of
+from engine.server import InferenceServer
 
 # room for the multipart framing, the notes and a config beside the file itself
 MULTIPART_SLACK_BYTES = 2 * 1024 * 1024
@@ -77,6 +79,12 @@ class RegistryAPIView(APIView):
 
     def _context(self) -> dict[str, Any]:
         return {"request": self.request, "view": self}
+
+    def server(self) -> InferenceServer | None:
+        """The engine of the serving process this request reached, whose door admits versions (services.admitting);
+        None outside one."""
+        runtime = runtime_of(self.request)
+        return runtime.server if runtime is not None else None
 
     def version(self, name: str, number: str) -> ModelVersion:
         if not (number.isascii() and number.isdigit()):
@@ -152,7 +160,7 @@ class VersionListView(RegistryAPIView):
             raise services.RegistryError(too_large(int(length)).message, 413)  # refused before the body is read
         form = VersionUploadSerializer(data=request.data)
         form.is_valid(raise_exception=True)
-        uploaded = services.upload_versions(request.user, model, **form.validated_data)
+        uploaded = services.upload_versions(request.user, model, server=self.server(), **form.validated_data)
         context = {**self._context(), "companions": uploaded.companions}
         return Response(VersionUploadedSerializer(uploaded.version, context=context).data, status=201)
 

@@ -90,10 +90,12 @@ class ConfigView(RegistryAPIView):
         form.is_valid(raise_exception=True)
         data = form.validated_data
         if data["action"] == "apply":
-            version = config_edit.apply_to_version(request.user, model, data["text"], data["format"])
+            version = config_edit.apply_to_version(
+                request.user, model, data["text"], data["format"], server=self.server()
+            )
             return Response(VersionDetailSerializer(version, context=self._context()).data, status=202)
         version = config_edit.save_as_new_version(
-            request.user, model, data["text"], data["format"], data.get("notes", "")
+            request.user, model, data["text"], data["format"], data.get("notes", ""), server=self.server()
         )
         return Response(VersionDetailSerializer(version, context=self._context()).data, status=201)
 
@@ -112,5 +114,5 @@ class ConfigValidateView(RegistryAPIView):
         form = EditedConfigSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         data = form.validated_data
-        checked = config_edit.check_edit(request.user, version, data["text"], data["format"])
+        checked = config_edit.check_edit(request.user, version, data["text"], data["format"], server=self.server())
         return Response(ConfigCheckSerializer({**asdict(checked), "valid": checked.valid}).data)

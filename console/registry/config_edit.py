@@ -15,13 +15,12 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 
 from console.registry import ensemble_graph, services
 from console.registry.models import AuditEvent, ModelVersion, RegisteredModel
 from console.registry.store import get_store
-from engine import admission
+from engine.admission import Admissible
 from engine.config import ModelConfig
 from engine.config_format import (
     config_to_dict,
@@ -31,6 +30,7 @@ from engine.config_format import (
     replacing_override,
 )
 from engine.errors import CodeRefused, InferaError, InvalidArgument
+from engine.server import InferenceServer
 
 FORMATS = ("pbtxt", "json")
 NEW_VERSION_NOTES = "config edited in the console"
@@ -79,14 +79,23 @@ def parse_edit(text: str, form: str) -> ModelConfig:
     return parse_config_pbtxt(text, source="config.pbtxt")
 
 
-def check_edit(actor: Any, version: ModelVersion, text: str, form: str) -> CheckedEdit:
+def check_edit(
+    actor: Any, version: ModelVersion, text: str, form: str, server: InferenceServer | None = None
+) -> CheckedEdit:
     """The engine's verdict on an edit of `version`'s config, with the differences when it passes."""
+    return _verdict(actor, version, text, form, services.admitting(server))[0]
+
+
+def _verdict(
+    actor: Any, version: ModelVersion, text: str, form: str, door: InferenceServer
+) -> tuple[CheckedEdit, Admissible | None]:
+    """`check_edit`, and the edit's admissibility check when it passes (what saving it trial-loads)."""
     try:
-        effective = _checked(actor, version, text, form)
+        check = _checked(actor, version, text, form, door)
     except InferaError as exc:
-        return CheckedEdit(version.number, errors=[exc.message], pbtxt=_as_pbtxt(text, form))
-    before, after = parse_config_json(version.config), effective
-    return CheckedEdit(
+        return CheckedEdit(version.number, errors=[exc.message], pbtxt=_as_pbtxt(text, form)), None
+    before, after = parse_config_json(version.config), check.config
+    edit = CheckedEdit(
         version.number,
         config=config_to_dict(after),
         pbtxt=config_to_pbtxt(after),
@@ -101,6 +110,7 @@ def check_edit(actor: Any, version: ModelVersion, text: str, form: str) -> Check
             )
         ),
     )
+    return edit, check
 
 
 def _as_pbtxt(text: str, form: str) -> str:
@@ -111,18 +121,14 @@ def _as_pbtxt(text: str, form: str) -> str:
         return ""
 
 
-def _checked(actor: Any, version: ModelVersion, text: str, form: str) -> ModelConfig:
+def _checked(actor: Any, version: ModelVersion, text: str, form: str, door: InferenceServer) -> Admissible:
     name = version.model.name
-    effective = admission.check_config(
-        name,
-        get_store().absolute(version.artifact),
-        parse_edit(text, form),
-        services.caller_of(actor),
-        settings.INFERA.engine,
+    check = door.check_config(
+        name, get_store().absolute(version.artifact), parse_edit(text, form), caller=services.caller_of(actor)
     )
-    if (cycle := ensemble_graph.cycle_problem(name, [effective])) is not None:
+    if (cycle := ensemble_graph.cycle_problem(name, [check.config])) is not None:
         raise InvalidArgument(cycle)
-    return effective
+    return check
 
 
 def changes(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
@@ -151,26 +157,38 @@ def _nested(values: list[Any]) -> bool:
     return any(isinstance(value, (dict, list)) for value in values)
 
 
-def save_as_new_version(actor: Any, model: RegisteredModel, text: str, form: str, notes: str = "") -> ModelVersion:
-    """The active version's files with the edited config, as a new version made active once it loads (audited)."""
-    version, checked = _checked_change(actor, model, text, form, "save")
+def save_as_new_version(
+    actor: Any,
+    model: RegisteredModel,
+    text: str,
+    form: str,
+    notes: str = "",
+    server: InferenceServer | None = None,
+) -> ModelVersion:
+    """The active version's files with the edited config, as a new version made active once it loads (audited).
+
+    `server` admits it (services.admitting), with the check the editor made of it."""
+    door = services.admitting(server)
+    version, checked, check = _checked_change(actor, model, text, form, "save", door)
     override = replacing_override(parse_config_json(checked.config))  # a field the edit removed is removed
-    added = services.add_version_with_config(actor, model, override, notes=notes or NEW_VERSION_NOTES)
+    added = services.add_version_with_config(
+        actor, model, override, notes=notes or NEW_VERSION_NOTES, server=door, checked=check
+    )
     AuditEvent.record(actor, "config.edit", added.label, source=version.number, changes=checked.changes)
     return added
 
 
-def apply_to_version(actor: Any, model: RegisteredModel, text: str, form: str) -> ModelVersion:
-    """The edited config for the active version itself, trial-loaded first; the reconciler reloads the version and
-    the old config serves until the new one is READY."""
-    version, checked = _checked_change(actor, model, text, form, "apply")
+def apply_to_version(
+    actor: Any, model: RegisteredModel, text: str, form: str, server: InferenceServer | None = None
+) -> ModelVersion:
+    """The edited config for the active version itself, trial-loaded first by `server` (services.admitting) with
+    the check the editor made of it; the reconciler reloads the version and the old config serves until the new
+    one is READY."""
+    door = services.admitting(server)
+    version, checked, check = _checked_change(actor, model, text, form, "apply", door)
     try:
-        effective = admission.admit(
-            model.name,
-            get_store().absolute(version.artifact),
-            parse_config_json(checked.config),
-            caller=services.caller_of(actor),
-            settings=settings.INFERA.engine,
+        effective = door.admit_blocking(
+            model.name, get_store().absolute(version.artifact), caller=check.caller, checked=check
         )
     except CodeRefused as exc:
         raise services.RegistryError(exc.message, 403) from None
@@ -187,17 +205,18 @@ def apply_to_version(actor: Any, model: RegisteredModel, text: str, form: str) -
 
 
 def _checked_change(
-    actor: Any, model: RegisteredModel, text: str, form: str, doing: str
-) -> tuple[ModelVersion, CheckedEdit]:
-    """The edited version and the engine's verdict on an edit someone wants to `doing` (save, apply): refused with
-    403 for a caller who may not change models, 400 with the engine's message, or when nothing changed."""
+    actor: Any, model: RegisteredModel, text: str, form: str, doing: str, door: InferenceServer
+) -> tuple[ModelVersion, CheckedEdit, Admissible]:
+    """The edited version, the engine's verdict on an edit someone wants to `doing` (save, apply) and its check:
+    refused with 403 for a caller who may not change models, 400 with the engine's message, or when nothing
+    changed."""
     version = edited_version(model)
     caller = services.caller_of(actor)
     if not caller.may_change_models:
         raise services.RegistryError(f"'{caller.name}' may not change the config of model '{model.name}'", 403)
-    checked = check_edit(actor, version, text, form)
-    if not checked.valid:
+    checked, check = _verdict(actor, version, text, form, door)
+    if check is None:
         raise services.RegistryError(checked.errors[0])
     if not checked.changes:
         raise services.RegistryError(f"the config is the one version {version.number} serves with: nothing to {doing}")
-    return version, checked
+    return version, checked, check

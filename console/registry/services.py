@@ -35,12 +35,11 @@ from console.registry.models import (
     model_name_validator,
 )
 from console.registry.store import get_store
-from engine import admission
-from engine.admission import SYSTEM, Principal
+from engine.admission import SYSTEM, Admissible, Principal
 from engine.config import ModelConfig
 from engine.config_format import config_to_dict, merge_config, parse_config_json
 from engine.errors import CodeRefused, InferaError
-from engine.server import TrafficPolicy, policy_from_dict
+from engine.server import InferenceServer, TrafficPolicy, policy_from_dict
 from engine.server import check_policy as check_traffic_policy
 
 logger = logging.getLogger("console.registry")
@@ -76,6 +75,14 @@ def caller_of(actor: Any) -> Principal:
         return actor
     user = actor_user(actor)
     return principal_for(user) if user is not None else SYSTEM
+
+
+def admitting(server: InferenceServer | None) -> InferenceServer:
+    """The server whose door versions from outside come in by: the serving process's own (`runtime_of(request)`,
+    the reconciler's), which trial-loads them against the GPUs it places instances on. Outside a serving process (a
+    management command, a test's WSGI client) an engine of this process's own admits, with this machine's devices.
+    """
+    return server if server is not None else InferenceServer(settings=settings.INFERA.engine)
 
 
 def notify_changed(name: str) -> None:
@@ -220,12 +227,13 @@ def add_version(
     config: ModelConfig | None = None,
     notes: str = "",
     activate: bool = False,
+    server: InferenceServer | None = None,
 ) -> ModelVersion:
     """Check, trial-load and store a new version; raises RegistryError, with the FAILED version when one was kept.
 
     The first version of a model becomes its active one. `activate` makes this one active as soon as it loads.
     """
-    return upload_versions(actor, model, file, config=config, notes=notes, activate=activate).version
+    return upload_versions(actor, model, file, config=config, notes=notes, activate=activate, server=server).version
 
 
 def upload_versions(
@@ -236,16 +244,20 @@ def upload_versions(
     config: ModelConfig | None = None,
     notes: str = "",
     activate: bool = False,
+    server: InferenceServer | None = None,
 ) -> Uploaded:
     """A new version of `model` (see add_version), and one of each other model folder when `file` is an archive of
     several, added first (registering the models that are new) with the same notes and `activate`.
 
     With no file, the config (sent, else the current one) must be an ensemble's: its version folder stays empty.
     Nothing is recorded when the request itself is refused or any of its versions runs code its caller may not
-    load; a version that fails its trial load stops the upload there (those added before it stay).
+    load; a version that fails its trial load stops the upload there (those added before it stay). `server` admits
+    (see `admitting`).
     """
     with _room_in_store():
-        return _upload_versions(actor, model, file, config=config, notes=notes, activate=activate)
+        return _upload_versions(
+            actor, model, file, config=config, notes=notes, activate=activate, door=admitting(server)
+        )
 
 
 def _upload_versions(
@@ -256,6 +268,7 @@ def _upload_versions(
     config: ModelConfig | None,
     notes: str,
     activate: bool,
+    door: InferenceServer,
 ) -> Uploaded:
     base_config = _model_config(model)
     store = get_store()
@@ -275,29 +288,34 @@ def _upload_versions(
             name: part.config if part.config is not None else base_config if part is staged else _config_named(name)
             for name, part in parts.items()
         }
-        for name, part in parts.items():
-            _check_caller(name, part, base_config if part is staged else _config_named(name), caller)
+        checks = {name: _check(door, name, part, configs[name], caller) for name, part in parts.items()}
         for name, config in configs.items():
             check_no_cycle(name, [config], arriving=configs)
-        companions = _add_companions(actor, staged.companions, notes=notes, activate=activate)
-        version = _admit_staged(actor, model, staged, base_config, notes=notes, activate=activate)
+        companions = _add_companions(actor, staged.companions, checks, door, notes=notes, activate=activate)
+        version = _admit_staged(actor, model, staged, checks[model.name], door, notes=notes, activate=activate)
         return Uploaded(version, companions)
     finally:
         staged.cleanup()
 
 
 def _add_companions(
-    actor: Any, parts: dict[str, uploads.StagedUpload], *, notes: str, activate: bool
+    actor: Any,
+    parts: dict[str, uploads.StagedUpload],
+    checks: dict[str, Admissible | InferaError],
+    door: InferenceServer,
+    *,
+    notes: str,
+    activate: bool,
 ) -> list[ModelVersion]:
-    """The other model folders of an archive, each a new version (of a model registered now when new); the models
-    an ensemble calls come before it."""
+    """The other model folders of an archive, each a new version (of a model registered now when new), admitted
+    with its check (`checks`, by name); the models an ensemble calls come before it."""
     added: list[ModelVersion] = []
     for name in sorted(parts, key=lambda name: (uploads.is_ensemble(parts[name].config), name)):
         model = RegisteredModel.objects.select_related("active_version").filter(name=name).first()
         if model is None:
             model = register_model(actor, name, description="uploaded with an archive of several models")
         try:
-            added.append(_admit_staged(actor, model, parts[name], _model_config(model), notes=notes, activate=activate))
+            added.append(_admit_staged(actor, model, parts[name], checks[name], door, notes=notes, activate=activate))
         except RegistryError as exc:
             before = f" (added before it: {', '.join(v.label for v in added)})" if added else ""
             raise RegistryError(f"model folder '{name}': {exc.message}{before}", exc.status, **exc.extra) from None
@@ -311,7 +329,11 @@ def _config_named(name: str) -> ModelConfig | None:
 
 
 def add_version_from_files(
-    actor: Any, model: RegisteredModel, files: dict[PurePosixPath, bytes], override: dict | None
+    actor: Any,
+    model: RegisteredModel,
+    files: dict[PurePosixPath, bytes],
+    override: dict | None,
+    server: InferenceServer | None = None,
 ) -> ModelVersion:
     """A /v2 repository load with files for a registered model: a new version (audited), made active.
 
@@ -331,15 +353,22 @@ def add_version_from_files(
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(content)
 
-    return _new_active_version(actor, model, write, override, notes="loaded through /v2")
+    return _new_active_version(actor, model, write, override, notes="loaded through /v2", door=admitting(server))
 
 
 def add_version_with_config(
-    actor: Any, model: RegisteredModel, override: dict, notes: str = "config changed through /v2"
+    actor: Any,
+    model: RegisteredModel,
+    override: dict,
+    notes: str = "config changed through /v2",
+    *,
+    server: InferenceServer | None = None,
+    checked: Admissible | None = None,
 ) -> ModelVersion:
     """A /v2 repository load with a config for a registered model (or the console's config editor and analyzer): its
     active files with that config, as a new version (audited) made active, so the old version and its config stay
-    for a rollback."""
+    for a rollback. `checked` is the config's whole check (admissibility and ensemble cycles) when the caller made
+    it (the config editor)."""
     active = model.active_version
     if active is None or not active.artifact:
         raise Conflict(f"model '{model.name}' has no active version whose files a new config could use")
@@ -348,13 +377,21 @@ def add_version_with_config(
     def copy(version_dir: Path) -> None:
         shutil.copytree(source, version_dir, symlinks=False)
 
-    return _new_active_version(actor, model, copy, override, notes=notes)
+    return _new_active_version(actor, model, copy, override, notes=notes, door=admitting(server), checked=checked)
 
 
 def _new_active_version(
-    actor: Any, model: RegisteredModel, fill: Callable[[Path], None], override: dict | None, notes: str
+    actor: Any,
+    model: RegisteredModel,
+    fill: Callable[[Path], None],
+    override: dict | None,
+    notes: str,
+    *,
+    door: InferenceServer,
+    checked: Admissible | None = None,
 ) -> ModelVersion:
-    """A version folder made in staging by `fill`, with the model's config and `override`, admitted and activated."""
+    """A version folder made in staging by `fill`, with the model's config and `override`, checked (unless `checked`
+    is its check already), admitted and activated."""
     with _room_in_store():
         root = get_store().new_staging()
     try:
@@ -364,7 +401,12 @@ def _new_active_version(
         staged = uploads.staged_folder(root, version_dir)
         base_config = _model_config(model)
         staged.config = _merged(model.name, base_config, override)
-        return _admit_staged(actor, model, staged, base_config, notes=notes, activate=True)
+        check = checked
+        if check is None:  # the config editor's check was the whole one: the ensemble cycles included
+            raw = staged.config if staged.config is not None else base_config
+            check = _check(door, model.name, staged, raw, caller_of(actor))
+            check_no_cycle(model.name, [raw])
+        return _admit_staged(actor, model, staged, check, door, notes=notes, activate=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -382,17 +424,14 @@ def _admit_staged(
     actor: Any,
     model: RegisteredModel,
     staged: uploads.StagedUpload,
-    base_config: ModelConfig | None,
+    check: Admissible | InferaError,
+    door: InferenceServer,
     *,
     notes: str,
     activate: bool,
 ) -> ModelVersion:
-    """The engine's admission of a staged version folder, recorded: refused, FAILED with the reason, or stored."""
-    caller = caller_of(actor)
-    engine_settings = settings.INFERA.engine
-    raw = staged.config if staged.config is not None else base_config
-    _check_caller(model.name, staged, base_config, caller)
-    check_no_cycle(model.name, [raw])
+    """The engine's admission of a staged version folder whose `check` was made (`_check`), recorded: FAILED with
+    the reason, or trial-loaded by `door` and stored."""
     store = get_store()
     with transaction.atomic():
         number = (
@@ -410,8 +449,10 @@ def _admit_staged(
             state=VersionState.PENDING,
         )
     staged.assign_number(model.name, number)
+    if isinstance(check, InferaError):
+        return _fail_upload(actor, version, check.message, staged)
     try:
-        effective = admission.admit(model.name, staged.version_dir, raw, caller=caller, settings=engine_settings)
+        effective = door.admit_blocking(model.name, staged.version_dir, caller=check.caller, checked=check)
     except CodeRefused as exc:
         version.delete()
         raise RegistryError(f"upload refused: {exc.message}", 403) from None
@@ -420,15 +461,17 @@ def _admit_staged(
     return _store_version(actor, model, version, staged, effective, activate)
 
 
-def _check_caller(name: str, staged: uploads.StagedUpload, base_config: ModelConfig | None, caller: Principal) -> None:
-    """Refuse (403) a version that runs code its caller may not load, before anything about it is recorded."""
-    raw = staged.config if staged.config is not None else base_config
+def _check(
+    door: InferenceServer, name: str, staged: uploads.StagedUpload, raw: ModelConfig | None, caller: Principal
+) -> Admissible | InferaError:
+    """The version's admissibility check, made once, before anything about it is recorded: refused (403) when it
+    runs code its caller may not load; what is wrong with the version itself is returned, for its FAILED record."""
     try:
-        admission.check_admissible(name, staged.version_dir, raw, caller, settings.INFERA.engine)
+        return door.check_admissible(name, staged.version_dir, raw, caller=caller)
     except CodeRefused as exc:
         raise RegistryError(f"upload refused: {exc.message}", 403) from None
-    except InferaError:
-        pass  # what is wrong with the version itself is recorded by its trial load
+    except InferaError as exc:
+        return exc
 
 
 def _fail_upload(actor: Any, version: ModelVersion, reason: str, staged: uploads.StagedUpload) -> ModelVersion:

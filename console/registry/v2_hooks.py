@@ -22,6 +22,7 @@ from engine.errors import Forbidden, InferaError, InvalidArgument, LoadError
 
 if TYPE_CHECKING:
     from console.registry.reconciler import Reconciler
+    from engine.server import InferenceServer
 
 
 class StoreFull(InferaError):
@@ -47,7 +48,9 @@ class RegistryRepositoryControl:
         """Serve the model's active version, or a new version made of the sent files or config; LoadError on failure."""
         with database_needed(f"load model '{name}'"):
             if files or config:
-                handled = await database_sync_to_async(_new_version)(caller, name, files, config)
+                handled = await database_sync_to_async(_new_version)(
+                    caller, name, files, config, self.reconciler.server
+                )
                 if not handled:
                     return False
             else:
@@ -71,18 +74,23 @@ class RegistryRepositoryControl:
 
 
 def _new_version(
-    caller: Principal, name: str, files: dict[PurePosixPath, bytes] | None, config: dict[str, Any] | None
+    caller: Principal,
+    name: str,
+    files: dict[PurePosixPath, bytes] | None,
+    config: dict[str, Any] | None,
+    server: InferenceServer,
 ) -> bool:
-    """Register the sent files or config as a new active version; False when the model is not registered."""
+    """Register the sent files or config as a new active version, admitted by the engine that serves it; False when
+    the model is not registered."""
     try:
         model = services.get_model(name)
     except services.NotFound:
         return False
     try:
         if files:
-            services.add_version_from_files(caller, model, files, config)
+            services.add_version_from_files(caller, model, files, config, server=server)
         else:
-            services.add_version_with_config(caller, model, config or {})
+            services.add_version_with_config(caller, model, config or {}, server=server)
     except services.RegistryError as exc:
         if exc.status == 403:
             raise Forbidden(exc.message) from None

@@ -60,7 +60,8 @@ Authenticate = Callable[[dict[str, Any]], Awaitable[Principal]]
 # requests whose raw contents are larger than this decode on a worker thread (as HTTP bodies do)
 DECODE_ON_LOOP_BYTES = 256 * 1024
 REFLECTION_SERVICES = ("grpc.reflection.v1alpha.ServerReflection", "grpc.reflection.v1.ServerReflection")
-OPEN_METHODS = frozenset({"ServerLive", "ServerReady", "ModelReady"})
+# the server's own probes, as /v2/health/*; a model's readiness needs a token where /v2/models/<m>/ready does
+OPEN_METHODS = frozenset({"ServerLive", "ServerReady"})
 COMPRESSION = {
     "none": grpc.Compression.NoCompression,
     "gzip": grpc.Compression.Gzip,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import queue
 import threading
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 
@@ -117,3 +118,18 @@ def test_a_models_health_needs_a_token(token_server):
             health_pb2.HealthCheckRequest(service="simple"), metadata=(("authorization", f"Bearer {admin_key}"),)
         )
         assert answer.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_a_models_readiness_needs_a_token_over_grpc_as_over_http(token_server):
+    # ModelReady answered anyone which model names exist and serve, where /v2/models/<m>/ready needs a token
+    server, admin_key = token_server
+    with grpc.insecure_channel(server.grpc_address) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        assert stub.ServerLive(service_pb2.ServerLiveRequest()).live
+        for name in ("simple", "no-such-model"):
+            with pytest.raises(grpc.RpcError) as refused:
+                stub.ModelReady(service_pb2.ModelReadyRequest(name=name))
+            assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    with pytest.raises(urllib.error.HTTPError) as http_refused:
+        urllib.request.urlopen(server.base_url + "/v2/models/simple/ready", timeout=30)  # noqa: S310
+    assert http_refused.value.code == 401

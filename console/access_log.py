@@ -97,7 +97,7 @@ class AccessRoute:
 
     def __init__(self, stream: IO[str], *, style: str, fmt: str = "text", sample: int = 1) -> None:
         self.stream = stream
-        self.text = _DAPHNE_TEXT if style == "daphne" else _UVICORN_TEXT
+        self.text = daphne_text_line if style == "daphne" else uvicorn_text_line
         self.json = fmt == "json"
         self.sample = sample
         self.pending = 0  # requests since the last line written (sampled)
@@ -145,12 +145,12 @@ class AccessRoute:
         write_lines(self.stream, lines)
 
 
-def _UVICORN_TEXT(when: float, client: str, method: str, path: str, version: str, status: int, size: Any) -> str:
+def uvicorn_text_line(when: float, client: str, method: str, path: str, version: str, status: int, size: Any) -> str:
     # uvicorn's AccessFormatter without colours, byte for byte (tests compare them)
     return f'INFO:     {client} - "{method} {path} HTTP/{version}" {status} {_PHRASES.get(status, "")}'
 
 
-def _DAPHNE_TEXT(when: float, client: str, method: str, path: str, version: Any, status: int, size: Any) -> str:
+def daphne_text_line(when: float, client: str, method: str, path: str, version: Any, status: int, size: Any) -> str:
     # daphne's AccessLogGenerator (NCSA-like), local time as it writes it
     date = datetime.datetime.fromtimestamp(when).strftime("%d/%b/%Y:%H:%M:%S")
     return f'{client} - - [{date}] "{method} {path}" {status or "-"} {size or "-"}'

@@ -78,7 +78,7 @@ def _new_version(
     name: str,
     files: dict[PurePosixPath, bytes] | None,
     config: dict[str, Any] | None,
-    server: InferenceServer,
+    server: InferenceServer | None = None,
 ) -> bool:
     """Register the sent files or config as a new active version, admitted by the engine that serves it; False when
     the model is not registered."""

@@ -1,12 +1,13 @@
 """The config editor's domain: an edited config checked against the active version, its differences from the
 config that version serves with, and the two ways to save it.
 
-Checking is the engine's own (engine.admission.check_config: parsing, the name, the code decision, completion
-against the model file, validation, the server's limits), so the editor reports what a load would, in the engine's
-words, which name the field. "Save as new version" is the /v2 path's (services.add_version_with_config: the active
-version's files with this config, trial-loaded, made active); "apply to this version" trial-loads the edit on the
-version's own files, records it as that version's config and lets the reconciler reload it (the old config serves
-until the new one is READY). Both are audited and announced like every other change.
+Checking is the engine's own, at the serving server's door (`check_config`: parsing, the name, the code decision,
+completion against the model file, validation, the server's limits), so the editor reports what a load would, in the
+engine's words, which name the field; saving trial-loads with that check, not another. "Save as new version" is the
+/v2 path's (services.add_version_with_config: the active version's files with this config, trial-loaded, made
+active); "apply to this version" trial-loads the edit on the version's own files, records it as that version's
+config and lets the reconciler reload it (the old config serves until the new one is READY). Both are audited and
+announced like every other change.
 """
 
 from __future__ import annotations

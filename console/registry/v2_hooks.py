@@ -5,7 +5,7 @@ through the registry's services like the console's buttons, then wait for the re
 restart or replica comes back to what v2 asked for. A load that sends files, or a config, for a registered model
 becomes a new version in the registry (audited, trial-loaded, made active), never a silent replacement. Models the
 registry does not know are left to the engine (`False`). The caller has already been allowed to change models by
-the front end; whether the load may run code is the engine's decision, made in services through engine.admission.
+the front end; whether the load may run code is the engine's decision, made in services at this server's door.
 """
 
 from __future__ import annotations

@@ -2,14 +2,18 @@
 POST /v1/chat/completions, streamed (`stream: true`, server-sent chunks then `data: [DONE]`) or not.
 
 A model is a text generator when its config names its text tensors: `parameters { key: "openai_text_input" ... }`
-and `openai_text_output` (BYTES). The prompt (for chat, the messages rendered as "role: content" lines and a last
-"assistant:" line) goes to the text input; max_tokens, temperature, top_p and seed go to inputs of those names
-when the model has them, and as JSON to a `sampling_parameters` input when it has one; a `stream` input is set to
-true, so each response is one piece of text (a token). Stop strings and max_tokens (when none is given, for chat,
-INFERA_OPENAI_MAX_TOKENS) end the text here whatever the model does. Usage counts a completion's tokens as the
-model's responses, and a prompt's as its characters. The same API tokens as /v2 are checked (`Authorization: Bearer
-<key>`), before the body is read; a body is at most INFERA_OPENAI_MAX_BODY_BYTES, and every field it carries is
-checked by type, range and length (openai_fields.py) before any work is done for it.
+and `openai_text_output` (BYTES). The prompt goes to the text input; for chat, a model whose config also names an
+`openai_messages_input` (the `llm` backend) gets the messages there as JSON and renders them with its own chat
+template, any other gets them as "role: content" lines and a last "assistant:" line. max_tokens, temperature, top_p
+and seed go to inputs of those names when the model has them, and as JSON to a `sampling_parameters` input when it
+has one; a `stream` input is set to true, so each response is one piece of text (a token). Stop strings and
+max_tokens (when none is given, for chat, INFERA_OPENAI_MAX_TOKENS) end the text here whatever the model does.
+Usage and finish_reason are the model's own when its last response carries them (`prompt_tokens`,
+`completion_tokens`, `cached_tokens` as usage.prompt_tokens_details.cached_tokens, `finish_reason`); otherwise a
+completion's tokens are counted as the model's responses, and a prompt's as its characters. The same API tokens as
+/v2 are checked (`Authorization: Bearer <key>`), before the body is read; a body is at most
+INFERA_OPENAI_MAX_BODY_BYTES, and every field it carries is checked by type, range and length (openai_fields.py)
+before any work is done for it.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from engine.frontend.generate import StreamReply
 from engine.frontend.handlers import Reply
 from engine.frontend.http import ASGIApp, Authenticate, Receive, Scope, Send, read_body, send_reply, send_stream
 from engine.frontend.openai_fields import OpenAIError
+from engine.llm.text import StopMatcher
 from engine.protocol import parse_json_object
 from engine.streams import ResponseStream
 from engine.types import InferenceRequest
@@ -41,6 +46,9 @@ if TYPE_CHECKING:
 
 TEXT_INPUT = "openai_text_input"
 TEXT_OUTPUT = "openai_text_output"
+MESSAGES_INPUT = "openai_messages_input"
+COUNT_OUTPUTS = ("prompt_tokens", "completion_tokens", "cached_tokens")
+FINISH_REASONS = ("stop", "length")
 SAMPLING_INPUTS = {"max_tokens": np.int32, "temperature": np.float32, "top_p": np.float32, "seed": np.int64}
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for completions
 EVENT_STREAM = b"text/event-stream; charset=utf-8"
@@ -88,7 +96,11 @@ class Completion:
                 f"'{TEXT_OUTPUT}' parameters",
                 param="model",
             )
-        if chat:
+        self.messages: str | None = None  # the messages as JSON, for a model that renders its own chat template
+        if chat and self.served.config.parameters.get(MESSAGES_INPUT):
+            conversation = [{"role": role, "content": text} for role, text in fields.messages(document.get("messages"))]
+            self.messages = self.prompt = json.dumps(conversation)
+        elif chat:
             self.prompt = chat_prompt(document.get("messages"))
         else:
             prompt = document.get("prompt", "")
@@ -113,6 +125,8 @@ class Completion:
         self.stop = fields.stop_strings(document.get("stop"))
         self.tokens = 0  # responses received: the completion's tokens
         self.finish_reason = "stop"
+        self.counts: dict[str, int] = {}  # the model's own token counts, from its last response
+        self.model_reason: str | None = None  # "stop" or "length", when the model's last response says why it ended
         self.id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         self.created = int(time.time())
         self.server = server
@@ -121,8 +135,10 @@ class Completion:
         """The inference request for the model: the prompt, and the sampling settings where it takes them."""
         config = self.served.config
         batched = config.max_batch_size > 0
-        text_input = config.parameters[TEXT_INPUT]
-        inputs = {text_input: _tensor([self.prompt.encode()], np.object_, batched)}
+        if self.messages is not None:
+            inputs = {config.parameters[MESSAGES_INPUT]: _tensor([self.messages.encode()], np.object_, batched)}
+        else:
+            inputs = {config.parameters[TEXT_INPUT]: _tensor([self.prompt.encode()], np.object_, batched)}
         given = {key: value for key, value in self.sampling.items() if value is not None}
         if self.stop:
             given["stop"] = self.stop
@@ -151,6 +167,7 @@ class Completion:
             if response.empty:
                 continue
             self.tokens += 1
+            self.take_final(response.outputs or {})
             text, stopped = matcher.feed(self.text_of(response.outputs))
             if text:
                 yield text
@@ -163,12 +180,32 @@ class Completion:
                 break
         if rest := matcher.rest():
             yield rest
-        if self.tokens >= self.limit:
+        if self.model_reason is not None:
+            self.finish_reason = self.model_reason
+        elif self.tokens >= self.limit:
             self.finish_reason = "length"
 
-    def usage(self) -> dict[str, int]:
-        prompt = len(self.prompt)
-        return {"prompt_tokens": prompt, "completion_tokens": self.tokens, "total_tokens": prompt + self.tokens}
+    def take_final(self, outputs: dict[str, np.ndarray]) -> None:
+        """Keep the model's finish_reason and token counts where its (last) response carries them."""
+        for name in COUNT_OUTPUTS:
+            array = outputs.get(name)
+            if array is not None and np.asarray(array).size:
+                self.counts[name] = int(np.asarray(array).reshape(-1)[0])
+        reason = outputs.get("finish_reason")
+        if reason is not None and np.asarray(reason).size:
+            item = np.asarray(reason).reshape(-1)[0]
+            text = item.decode("utf-8", errors="replace") if isinstance(item, bytes) else str(item)
+            if text in FINISH_REASONS:
+                self.model_reason = text
+
+    def usage(self) -> dict[str, Any]:
+        prompt = self.counts.get("prompt_tokens", len(self.prompt))
+        completion = self.counts.get("completion_tokens", self.tokens)
+        usage: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion}
+        usage["total_tokens"] = prompt + completion
+        if "cached_tokens" in self.counts:
+            usage["prompt_tokens_details"] = {"cached_tokens": self.counts["cached_tokens"]}
+        return usage
 
     def choice(self, text: str) -> dict[str, Any]:
         if self.chat:
@@ -249,44 +286,6 @@ def _checked_fields(document: dict[str, Any], chat: bool) -> bool:
         fields.integer(document, "logprobs", 0, 5)
         fields.boolean(document, "echo")
     return fields.boolean(document, "stream")
-
-
-class StopMatcher:
-    """Cuts generated text at the first stop string, holding back only the tail that could still begin one.
-
-    Each piece costs a search of the held tail (shorter than the longest stop) and the piece, per stop string: the
-    text already sent is never searched again.
-    """
-
-    def __init__(self, stops: list[str]) -> None:
-        self.stops = stops
-        self.held = ""  # text that could still be the start of a stop string
-
-    def feed(self, piece: str) -> tuple[str, bool]:
-        """The text now safe to send, and whether a stop string ended the completion (the text before it is sent)."""
-        text = self.held + piece
-        found = [at for stop in self.stops if (at := text.find(stop)) >= 0]
-        if found:
-            self.held = ""
-            return text[: min(found)], True
-        keep = max((_overlap(text, stop) for stop in self.stops), default=0)
-        self.held = text[len(text) - keep :]
-        return text[: len(text) - keep], False
-
-    def rest(self) -> str:
-        """What was held back when the text ended without a stop string."""
-        held, self.held = self.held, ""
-        return held
-
-
-def _overlap(text: str, stop: str) -> int:
-    """How many characters at the end of `text` could begin `stop` (kept back until the next piece decides)."""
-    start = text.find(stop[0], max(0, len(text) - len(stop) + 1))
-    while start >= 0:
-        if stop.startswith(text[start:]):
-            return len(text) - start
-        start = text.find(stop[0], start + 1)
-    return 0
 
 
 class OpenAIApp:

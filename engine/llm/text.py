@@ -39,8 +39,9 @@ class IncrementalText:
 class StopMatcher:
     """Cuts text at the first stop string, holding back only a tail that could still begin one.
 
-    The same contract as engine/frontend/openai.py's StopMatcher (feed, rest), which can become this one: the engine
-    sits below the front ends, so the shared class lives here.
+    The one copy: the engine loop's and the OpenAI front end's (engine/frontend/openai.py). Each piece costs a
+    search of the held tail (shorter than the longest stop) and the piece, per stop string: the text already sent is
+    never searched again.
     """
 
     def __init__(self, stops: Sequence[str]) -> None:
@@ -66,8 +67,10 @@ class StopMatcher:
 
 
 def _overlap(text: str, stop: str) -> int:
-    """How many characters at the end of `text` could begin `stop`."""
-    for size in range(min(len(stop) - 1, len(text)), 0, -1):
-        if stop.startswith(text[-size:]):
-            return size
+    """How many characters at the end of `text` could begin `stop` (kept back until the next piece decides)."""
+    start = text.find(stop[0], max(0, len(text) - len(stop) + 1))
+    while start >= 0:
+        if stop.startswith(text[start:]):
+            return len(text) - start
+        start = text.find(stop[0], start + 1)
     return 0

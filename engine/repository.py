@@ -31,7 +31,9 @@ MODEL_FILE_BACKENDS: dict[str, tuple[str, str]] = {
     "model.pt": ("pytorch", "pytorch_libtorch"),
     "model.pt2": ("pytorch", "torch_export"),
     "model.py": ("python", ""),
+    "model.gguf": ("llm", ""),
 }
+LLM_BACKEND = ("llm", "")  # a Hugging Face folder's backend (config.json and *.safetensors, no model file)
 _SUFFIX_BACKENDS = {Path(name).suffix: found for name, found in MODEL_FILE_BACKENDS.items()}
 
 
@@ -186,6 +188,8 @@ def _backend_from_files(version_path: Path | None, config: ModelConfig) -> tuple
     if version_path is None:
         raise InvalidArgument(f"{subject}: no version folder to tell the backend from; set 'backend' in the config")
     present = [file for file in MODEL_FILE_BACKENDS if (Path(version_path) / file).exists()]
+    if not present and holds_hf_folder(Path(version_path)):
+        return LLM_BACKEND
     if not present:
         raise InvalidArgument(
             f"{subject}: version folder '{Path(version_path).name}' holds none of "
@@ -197,6 +201,11 @@ def _backend_from_files(version_path: Path | None, config: ModelConfig) -> tuple
             "set 'backend' (and 'default_model_filename') in the config to say which one serves"
         )
     return MODEL_FILE_BACKENDS[present[0]]
+
+
+def holds_hf_folder(folder: Path) -> bool:
+    """The folder is a Hugging Face model's (its config.json beside *.safetensors weights): the llm backend's."""
+    return (folder / "config.json").is_file() and any(folder.glob("*.safetensors"))
 
 
 def _pytorch_platform(version_path: Path | None) -> str:

@@ -199,7 +199,8 @@ class VersionUploadSerializer(serializers.Serializer):
     file = serializers.FileField(
         required=False,
         default=None,
-        help_text="model.onnx, model.pt, model.pt2, model.py, or a .zip/.tar.gz of the version folder or of several "
+        help_text="model.onnx, model.pt, model.pt2, model.py, model.gguf, or a .zip/.tar.gz of the version folder (a "
+        "Hugging Face folder too) or of several "
         "model folders (this model's and others', each added as a version of its model, registered when new); "
         "left out for an ensemble, whose version holds no model file",
     )

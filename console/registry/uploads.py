@@ -24,7 +24,7 @@ from django.core.files.uploadedfile import UploadedFile
 from console.registry import archives
 from console.registry.pipeline import ENSEMBLE
 from console.registry.store import ModelStore, folder_digest
-from engine.admission import MODEL_FILES
+from engine.admission import MODEL_FILES, holds_hf_folder
 from engine.config import ModelConfig
 from engine.config_format import CONFIG_FILES, load_json, parse_config_json, parse_config_pbtxt
 from engine.errors import InferaError
@@ -34,6 +34,7 @@ from engine.names import model_name_problem
 MODEL_FILES_BY_SUFFIX = {Path(name).suffix: name for name in MODEL_FILES}
 MAX_CONFIG_BYTES = 1024 * 1024
 MODEL_FILE_NAMES = ", ".join(MODEL_FILES)
+HF_FOLDER = "a Hugging Face folder (config.json and *.safetensors)"
 # folders inside a staging root; a leading '.' keeps them apart from model names (`<root>/<name>/<number>`)
 STAGED_VERSION = ".version"
 UNPACKED = ".unpacked"
@@ -254,9 +255,14 @@ def _stage_models(root: Path, models: dict[str, Path], name: str) -> StagedUploa
 
 
 def _take_config(version_dir: Path, model_dir: Path | None) -> ModelConfig | None:
-    """A config.pbtxt/config.json packed beside the model files or in the enclosing model folder, removed."""
+    """A config.pbtxt/config.json packed beside the model files or in the enclosing model folder, removed.
+
+    A Hugging Face folder's own config.json (beside its *.safetensors) is the model's, not a Triton config: it stays.
+    """
     found = [folder / name for folder in (version_dir, model_dir) if folder for name in CONFIG_FILES]
     found = [path for path in found if path.is_file()]
+    if _holds_models_own_config(version_dir):
+        found = [path for path in found if path != version_dir / "config.json"]
     if not found:
         return None
     if len(found) > 1:
@@ -266,9 +272,23 @@ def _take_config(version_dir: Path, model_dir: Path | None) -> ModelConfig | Non
     return config
 
 
+def _holds_models_own_config(version_dir: Path) -> bool:
+    """The version folder's config.json is a Hugging Face model's (*.safetensors beside it, or its model_type)."""
+    path = version_dir / "config.json"
+    if not path.is_file():
+        return False
+    if holds_hf_folder(version_dir):
+        return True
+    try:
+        document = load_json(path.read_bytes()[:MAX_CONFIG_BYTES].decode("utf-8"), path.name)
+    except (InferaError, UnicodeDecodeError):
+        return False  # not a Hugging Face config either: parsed as a Triton config, which names the problem
+    return isinstance(document, dict) and "model_type" in document
+
+
 def _check_model_file(version_dir: Path, config: ModelConfig | None, subject: str = "the upload") -> None:
-    """The version folder holds its model file (the config's default_model_filename, else one of MODEL_FILES);
-    an ensemble's needs none."""
+    """The version folder holds its model file (the config's default_model_filename, else one of MODEL_FILES, else
+    a Hugging Face folder's files); an ensemble's needs none."""
     if is_ensemble(config):
         return
     wanted = config.default_model_filename if config is not None and config.default_model_filename else None
@@ -277,10 +297,10 @@ def _check_model_file(version_dir: Path, config: ModelConfig | None, subject: st
         if not (version_dir / wanted).exists():
             raise UploadRejected(f"{subject} holds no '{wanted}' (the config's default_model_filename)")
         return
-    if not any((version_dir / name).exists() for name in MODEL_FILES):
+    if not any((version_dir / name).exists() for name in MODEL_FILES) and not holds_hf_folder(version_dir):
         shown = ", ".join(present[:10]) or "nothing"
         raise UploadRejected(
-            f"{subject} holds none of {MODEL_FILE_NAMES} (it holds: {shown}); only an ensemble "
+            f"{subject} holds none of {MODEL_FILE_NAMES} (it holds: {shown}) nor {HF_FOLDER}; only an ensemble "
             '(platform: "ensemble") may hold no model file'
         )
 

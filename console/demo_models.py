@@ -121,15 +121,16 @@ def _as_bytes(array):
 '''
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-# 8 sequences of up to 1024 tokens, a KV cache of 64 MB (about 1,400 tokens at float32): it loads in seconds and
-# holds its weights (about 540 MB dequantised) and little more
+# 8 sequences of up to 1024 tokens in bfloat16 (the same greedy answers and speed as float32 here, 470 MiB loaded
+# instead of 780) and a KV cache of 32 MB (about 1,450 tokens): the weights and little more
 SMOLLM2_CONFIG = """\
 name: "smollm2"
 backend: "llm"
 instance_group [ { count: 1 kind: KIND_CPU } ]
+parameters { key: "dtype" value: { string_value: "bfloat16" } }
 parameters { key: "max_model_len" value: { string_value: "1024" } }
 parameters { key: "max_num_seqs" value: { string_value: "8" } }
-parameters { key: "kv_cache_memory_mb" value: { string_value: "64" } }
+parameters { key: "kv_cache_memory_mb" value: { string_value: "32" } }
 """
 
 DIGITS_CLASSES = 10

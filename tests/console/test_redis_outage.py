@@ -75,6 +75,8 @@ def test_it_serves_and_converges_without_redis_and_streams_again_when_it_returns
     server, redis, admin_key = redis_served
     client = httpclient.InferenceServerClient(server.base_url.removeprefix("http://"))
     wait_for_ready(client, "simple", True)
+    # started whole (the seeded smollm2 loads for half a minute after simple): the sampler streams from then on
+    assert server.wait_for("/v2/health/ready", timeout=300) == 200
     cookie = session_cookie(server)
     assert '"type":"snapshot"' in asyncio.run(first_snapshot(server, cookie))
     expected = add_sub(client)
@@ -91,6 +93,12 @@ def test_it_serves_and_converges_without_redis_and_streams_again_when_it_returns
     wait_for_ready(client, "digits", False, spare)
     assert not asyncio.run(first_snapshot(server, cookie)).startswith('{"type":"snapshot"')
     assert client.is_server_ready()
+    # Redis stays down until the publisher has met the outage: it publishes once a second, and the steps above can
+    # take less than that now that the access log is written off the loop
+    deadline = time.monotonic() + 30
+    while "the channel layer (live metrics) is unavailable" not in server.log():
+        assert time.monotonic() < deadline, "the live metrics publisher never met the outage"
+        time.sleep(0.05)  # polling the log of a server process
 
     redis.start()
     status, _, body = api_call(server, f"/api/models/digits/versions/{spare}/load", admin_key, method="POST")
@@ -100,7 +108,10 @@ def test_it_serves_and_converges_without_redis_and_streams_again_when_it_returns
     deadline = time.monotonic() + 60
     while '"type":"snapshot"' not in asyncio.run(first_snapshot(server, cookie)):
         assert time.monotonic() < deadline, "the metrics stream never came back after Redis did"
-    log = server.log()
+    # the log writer thread writes a line up to 20 ms after it was logged: the stream may come back before it
+    deadline = time.monotonic() + 30
+    while "the channel layer (live metrics) is back" not in (log := server.log()):
+        assert time.monotonic() < deadline, "the end of the outage was never logged"
+        time.sleep(0.05)  # polling the log of a server process
     assert log.count("the channel layer (live metrics) is unavailable") == 1  # once per outage, not per second
     assert "could not announce the change of model 'digits'" in log
-    assert "the channel layer (live metrics) is back" in log

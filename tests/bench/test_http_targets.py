@@ -6,7 +6,7 @@ from pathlib import Path
 
 from bench.mlserver_peer import batch_window_s
 from bench.models import write_repository
-from bench.report import ratio_table
+from bench.report_throughput import ratio_table
 from bench.targets import http_verdicts
 
 

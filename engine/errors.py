@@ -21,6 +21,12 @@ class ModelNotFound(InvalidArgument):
     """An unknown model or version (Triton answers 400, not 404)."""
 
 
+class Unauthorized(InferaError):
+    """The request carries no acceptable credentials (HTTP 401)."""
+
+    status = 401
+
+
 class Forbidden(InferaError):
     """The caller is known but may not do this (HTTP 403)."""
 

@@ -12,9 +12,8 @@ import grpc
 from grpc_health.v1 import health_pb2
 
 from engine.admission import Principal
-from engine.errors import InferaError
+from engine.errors import InferaError, Unauthorized
 from engine.frontend.grpc_calls import Binder, Call, parsed, peer_host, status_code
-from engine.frontend.http import Unauthorized
 from engine.proto import grpc_messages as messages
 from engine.settings import GrpcSettings
 

@@ -28,13 +28,12 @@ from grpc_health.v1 import health_pb2
 
 from engine.admission import ANONYMOUS, Principal, may_not_change
 from engine.config_format import config_to_dict
-from engine.errors import InferaError, InvalidArgument
+from engine.errors import InferaError, InvalidArgument, Unauthorized
 from engine.frontend import extensions
 from engine.frontend.caller_limits import CallerLimits, caller_key
 from engine.frontend.grpc_calls import Binder, Call, CallGate, parsed, parsed_stream, peer_host, refusal, status_code
 from engine.frontend.grpc_health_service import HEALTH_METHODS, HEALTH_SERVICE, HealthService
 from engine.frontend.handlers import RepositoryControl
-from engine.frontend.http import Unauthorized
 from engine.frontend.routes import parse_version
 from engine.names import check_model_name, normalise_files, sent_files
 from engine.proto import grpc_messages as messages

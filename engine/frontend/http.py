@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from engine.admission import ANONYMOUS, Principal, may_not_change
-from engine.errors import InferaError, PayloadTooLarge, Unavailable
+from engine.errors import InferaError, PayloadTooLarge, Unauthorized, Unavailable
 from engine.frontend.caller_limits import CallerLimits, caller_key
 from engine.frontend.cross_site import check_repository_content_type, check_same_origin
 from engine.frontend.generate import StreamReply
@@ -37,12 +37,6 @@ OPEN_CODE_WARNING = (
     "python models and other models that run code, and so run any code as this server's user; use it only for "
     "test suites on a closed network"
 )
-
-
-class Unauthorized(InferaError):
-    """The request carries no acceptable credentials (HTTP 401)."""
-
-    status = 401
 
 
 class V2App:
@@ -311,4 +305,4 @@ async def _disconnected(receive: Receive) -> None:
         pass
 
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "Unauthorized", "V2App"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "V2App"]

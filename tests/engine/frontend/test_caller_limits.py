@@ -12,10 +12,10 @@ import pytest_asyncio
 from tritonclient.grpc import service_pb2_grpc
 
 from engine.admission import Principal
+from engine.errors import Unauthorized
 from engine.frontend import V2App
 from engine.frontend.caller_limits import CallerLimits, TooManyInFlight, caller_key
 from engine.frontend.grpc_server import GrpcFrontEnd
-from engine.frontend.http import Unauthorized
 from engine.server import InferenceServer
 from engine.settings import EngineSettings, GrpcSettings, read_engine_settings
 from tests.engine.frontend.test_grpc_security import simple_request

@@ -17,8 +17,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from engine.config import ModelConfig, TensorConfig
+from engine.errors import Unauthorized
 from engine.frontend.grpc_server import GrpcFrontEnd
-from engine.frontend.http import Unauthorized
 from engine.server import InferenceServer
 from engine.settings import EngineSettings, GrpcSettings
 from tests.engine.model_factory import make_simple_onnx, write_model_folder

@@ -10,8 +10,8 @@ import orjson
 import pytest
 
 from engine.admission import Principal
-from engine.errors import InferaError
-from engine.frontend import Unauthorized, V2App
+from engine.errors import InferaError, Unauthorized
+from engine.frontend import V2App
 from tests.engine.frontend.asgi_client import call
 from tests.engine.frontend.conftest import APP_BODY_LIMIT
 

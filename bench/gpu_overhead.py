@@ -1,6 +1,6 @@
 """Where a small batch's time goes on the GPU: the pytorch backend's execute with its parts switched off in turn.
 
-`python -m bench.gpu_overhead` (on a GPU machine; `--device cpu` checks it here) traces bench.gpu_bench's ResNet-50,
+`python -m bench.gpu_overhead` (on a GPU machine; `--device cpu` checks it here) traces bench.gpu_models' ResNet-50,
 then times, at each batch size, one closed loop each of: torch's own loop (pinned staging, graph replay, copy down),
 the backend's execute as it is, on the default stream, with pageable inputs, without graphs, and the engine's
 InferenceServer.infer around it. Differences between rows are what each part costs. Prints a table; --out writes
@@ -19,7 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.gpu_bench import MODEL, captured, config_text, timed_loop, write_repository
+from bench.gpu_direct import captured, timed_loop
+from bench.gpu_models import MODEL, config_text, write_repository
 
 
 def main(argv: list[str] | None = None) -> int:

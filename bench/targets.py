@@ -353,7 +353,7 @@ def cluster_verdicts(results: dict) -> list[Verdict]:
 
 
 GPU_GOAL = 0.9  # issue 23: the engine at >= 0.9x of direct torch / onnxruntime CUDA throughput at batch 64
-# GPU targets -> the pair of bench/gpu_bench.py's ratios that decides each
+# GPU targets -> the pair of bench/gpu_section.py's ratios that decides each
 GPU_TARGETS = {
     "GPU: engine pytorch vs torch alone (plain), one caller": "engine pytorch (graphs) / torch plain",
     "GPU: engine pytorch vs torch hand-tuned (pinned, CUDA graph)": "engine pytorch (graphs) / torch tuned",

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 import bench.__main__ as bench_main
-from bench.gpu_bench import markdown, ratios
+from bench.gpu_section import markdown, ratios
 from bench.report import GPU_HEADING
 from bench.targets import gpu_verdicts
 from tests.conftest import REPO_ROOT

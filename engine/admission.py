@@ -20,8 +20,8 @@ from engine.config_validate import validate_config
 from engine.datatypes import config_to_wire, numpy_dtype
 from engine.ensemble import cycle_error, ensemble_cycle, step_models
 from engine.errors import CodeRefused, Forbidden, InferaError, InvalidArgument, LoadError
-from engine.lifecycle import trial_load
 from engine.names import check_model_name
+from engine.placement import trial_load
 from engine.repository import (
     MODEL_FILE_BACKENDS,
     ModelRepository,

@@ -1,12 +1,16 @@
-"""The asyncio side of scheduling: queue requests in batchers, hand batches to free instances, answer callers."""
+"""The asyncio side of scheduling: the `Dispatcher` protocol every model version's scheduler follows, and the dynamic
+batcher's: queue requests in batchers, hand batches to free instances, answer callers."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
 import time
+from abc import abstractmethod
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 from engine.config import ModelConfig
 from engine.devices import usable_cores
@@ -15,6 +19,7 @@ from engine.instances import ModelInstance
 from engine.schedulers.batcher import Batch, DynamicBatcher, PendingRequest
 from engine.stats import ModelStats
 from engine.streams import StreamTimes
+from engine.tasks import cancel_and_wait
 from engine.types import InferenceRequest, InferenceResponse
 
 # A model serves one request at a time while the running average of the requests it has in flight when a batch
@@ -52,7 +57,53 @@ def _mark_compute(trace, start_ns: int, times) -> None:
     trace.mark("COMPUTE_END", start_ns + times.input_ns + times.infer_ns + times.output_ns)
 
 
-class Dispatcher:
+@runtime_checkable
+class Dispatcher(Protocol):
+    """What a model version (engine.lifecycle) asks of its scheduler, whichever it is: DynamicDispatcher here,
+    engine.sequence_dispatch.SequenceDispatcher, engine.ensemble.EnsembleDispatcher.
+
+    The queries after `submit` have the answers of a scheduler with no sequences and no composing models; a
+    scheduler that has them says so.
+    """
+
+    @property
+    @abstractmethod
+    def queued(self) -> int:
+        """Requests waiting for a batch."""
+
+    @abstractmethod
+    def start(self) -> None:
+        """Start taking requests, on the running loop."""
+
+    @abstractmethod
+    async def stop(self) -> None:
+        """Stop taking batches, wait for running ones, fail whatever is still queued."""
+
+    @abstractmethod
+    def submit(self, request: InferenceRequest) -> Awaitable[InferenceResponse]:
+        """Queue a validated request; awaiting the result gives its response (or raises its failure)."""
+
+    # whether its requests run on other models (an ensemble's steps): `recheck` it when they change
+    composes: bool = False
+
+    def recheck(self, config_of: Callable[[str, int | None], ModelConfig]) -> str | None:
+        """After the models it is composed of changed: why it cannot serve with them now, or None."""
+        return None
+
+    @property
+    def live_sequences(self) -> int:
+        """Sequences under way here: a retired version keeps serving them before it unloads."""
+        return 0
+
+    def knows(self, sequence_id: int | str) -> bool:
+        """Whether a sequence with this id is live here (its next requests belong to this version)."""
+        return False
+
+    async def sequences_ended(self) -> None:
+        """Until no sequence is live here."""
+
+
+class DynamicDispatcher(Dispatcher):
     """Drives one model version's batcher: wakes on arrivals, free instances and delay deadlines (sequence models
     have engine.sequence_dispatch).
 
@@ -316,7 +367,7 @@ class Dispatcher:
 
     async def stop(self) -> None:
         """Stop taking batches, wait for running ones, fail whatever is still queued."""
-        await stop_task(self._task, set())
+        await cancel_and_wait(self._task)
         self._task = None
         await self._idle_again.wait()
         for lane in self.lanes:
@@ -360,15 +411,3 @@ async def wake_or_deadline(wake: asyncio.Event, deadlines: list[int]) -> None:
         await asyncio.wait_for(wake.wait(), timeout)
     except TimeoutError:
         pass
-
-
-async def stop_task(task: asyncio.Task | None, running: set[asyncio.Future]) -> None:
-    """Cancel a dispatcher's task and wait for the batches it started."""
-    if task is not None:
-        task.cancel()
-        try:
-            await task
-        except asyncio.CancelledError:
-            pass
-    if running:
-        await asyncio.wait(list(running))

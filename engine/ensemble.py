@@ -17,10 +17,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.config import ModelConfig, TensorConfig
+from engine.dispatch import Dispatcher
 from engine.ensemble_streams import Labels, StreamedEnsemble, label_steps
 from engine.errors import BackendError, InferaError, InvalidArgument
 from engine.stats import ModelStats
-from engine.streams import ResponseStream
+from engine.streams import ResponseStream, StreamStats
 from engine.types import InferenceRequest, InferenceResponse
 
 Infer = Callable[[InferenceRequest], Awaitable[InferenceResponse]]
@@ -222,11 +223,14 @@ def _clash(given: TensorConfig, wanted: TensorConfig) -> str | None:
     return None
 
 
-class EnsembleDispatcher:
+class EnsembleDispatcher(Dispatcher):
     """Runs an ensemble's requests: each step an ordinary request to its model, steps at once where they can.
 
     With `labels` (some step is decoupled, engine.ensemble_streams) a request is a stream: the ensemble answers
     once per complete set of outputs, each decoupled step's every response running the steps after it."""
+
+    composes = True
+    queued = 0  # its requests queue on its steps' models
 
     def __init__(
         self,
@@ -244,9 +248,19 @@ class EnsembleDispatcher:
         self.infer_stream = infer_stream
         self.labels = labels
         self.stats = stats
-        self.queued = 0
         self.step_seconds: list[tuple[int, float, float]] = []  # (step, start, end) of recent runs, for tests
         self._streaming: set[asyncio.Task] = set()
+
+    def recheck(self, config_of: ConfigOf) -> str | None:
+        """Why the ensemble cannot serve with the models loaded now, or None; then it streams (is decoupled, as
+        Triton sets its transaction policy) when one of its steps is."""
+        problem = self.plan.problem(config_of)
+        if problem is None:
+            self.labels = self.plan.labels(config_of)
+            self.plan.config.decoupled = self.labels is not None
+            if self.labels is not None and self.stats.streams is None:
+                self.stats.streams = StreamStats()
+        return problem
 
     def start(self) -> None:
         """Nothing to start: steps run on their models' own schedulers."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -11,15 +12,15 @@ from typing import Any
 
 import numpy as np
 
-from engine.backends import Backend, Device, get_backend
 from engine.backends.base import InstanceContext
-from engine.config import InstanceGroup, ModelConfig, cpu_instance_count
+from engine.config import ModelConfig
 from engine.datatypes import config_to_wire, numpy_dtype
-from engine.dispatch import Dispatcher
+from engine.dispatch import Dispatcher, DynamicDispatcher
 from engine.ensemble import EnsembleDispatcher, EnsemblePlan
 from engine.errors import LoadError, ModelNotFound, Unavailable
 from engine.instances import ModelInstance
 from engine.names import without_folders
+from engine.placement import instance_slots, open_backend
 from engine.sequence_dispatch import SequenceDispatcher
 from engine.settings import SequenceLimits
 from engine.stats import ModelStats
@@ -73,37 +74,6 @@ class ModelStatus:
         return status.reason if status is not None and status.state is ModelState.UNAVAILABLE else None
 
 
-def instance_devices(config: ModelConfig, gpus: int) -> list[Device]:
-    """One Device per instance, from `instance_group` (count per GPU for KIND_GPU, as Triton counts)."""
-    return [device for device, _ in instance_slots(config, gpus)]
-
-
-def instance_slots(config: ModelConfig, gpus: int) -> list[tuple[Device, str]]:
-    """(device, Triton's instance name) per instance: `<group name>_<index in group>`, a group being named
-    `<model>_<group index>` unless its config names it."""
-    slots: list[tuple[Device, str]] = []
-    for index, group in enumerate(config.instance_group or [InstanceGroup(count_given=False)]):
-        group_name = group.name or f"{config.name}_{index}"
-        devices = _group_devices(config, group, gpus)
-        slots += [(device, f"{group_name}_{i}") for i, device in enumerate(devices)]
-    return slots
-
-
-def _group_devices(config: ModelConfig, group: InstanceGroup, gpus: int) -> list[Device]:
-    kind = group.kind
-    if kind == "KIND_AUTO":
-        kind = "KIND_GPU" if gpus and config.backend_name != "python" else "KIND_CPU"
-    if kind != "KIND_GPU":
-        return [Device("CPU", 0) for _ in range(cpu_instance_count(group, config.backend_name))]
-    if not gpus:
-        raise LoadError(f"instance group '{group.name or config.name}' asks for KIND_GPU but this machine has no GPU")
-    ids = group.gpus or list(range(gpus))
-    missing = [g for g in ids if g >= gpus]
-    if missing:
-        raise LoadError(f"instance group asks for GPU {missing}, this machine has {gpus} GPU(s)")
-    return [Device("GPU", g) for g in ids for _ in range(group.count)]
-
-
 def warmup_inputs(config: ModelConfig, sample) -> dict[str, np.ndarray]:
     """Arrays for one `model_warmup` sample (zero or random data)."""
     rng = np.random.default_rng(0)
@@ -118,29 +88,6 @@ def warmup_inputs(config: ModelConfig, sample) -> dict[str, np.ndarray]:
         else:
             arrays[name] = np.zeros(shape, dtype=numpy_dtype(wire))
     return arrays
-
-
-def open_backend(config: ModelConfig, path: Path, device: Device, context: InstanceContext | None = None) -> Backend:
-    """The version's backend on `device`, loaded; the one way a version's files are opened (real and trial loads)."""
-    backend = get_backend(config.backend_name)(config, path, device, context)
-    backend.load()
-    return backend
-
-
-def trial_load(config: ModelConfig, path: Path, gpus: int) -> None:
-    """Load the version once on the CPU with its backend and release it; raise LoadError with the runtime's reason.
-
-    One CPU instance proves the files and the config agree and takes no GPU memory from what is serving; the
-    instance groups are still checked against this machine, so KIND_GPU without a GPU fails here.
-    """
-    instance_devices(config, gpus)
-    try:
-        backend = open_backend(config, path, Device("CPU", 0))
-    except LoadError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - a runtime's own exception is a load failure with its reason
-        raise LoadError(f"loading the model failed: {type(exc).__name__}: {exc}") from exc
-    backend.unload()
 
 
 class ServedVersion:
@@ -200,7 +147,7 @@ class ServedVersion:
                 self.name, self.version, self.config, self.instances, self.stats, self.path, sequence_limits
             )
         else:
-            self.dispatcher = Dispatcher(self.name, self.version, self.config, self.instances, self.stats)
+            self.dispatcher = DynamicDispatcher(self.name, self.version, self.config, self.instances, self.stats)
         self.dispatcher.start()
         self.state = ModelState.READY
 
@@ -209,31 +156,24 @@ class ServedVersion:
         plan = EnsemblePlan(self.config)
         if services is None:
             raise LoadError("an ensemble needs a server to run its steps on")
-        problem = plan.problem(services.config_of)
+        dispatcher = EnsembleDispatcher(plan, self.version, services.infer, self.stats, services.infer_stream)
+        problem = dispatcher.recheck(services.config_of)
         if problem is not None:
             raise LoadError(problem)
-        self.dispatcher = EnsembleDispatcher(plan, self.version, services.infer, self.stats, services.infer_stream)
-        self._stream_if_decoupled(self.dispatcher, services)
+        self.dispatcher = dispatcher
         self.state = ModelState.READY
-
-    def _stream_if_decoupled(self, dispatcher: EnsembleDispatcher, services: Any) -> None:
-        """An ensemble with a decoupled step is decoupled itself (Triton sets its transaction policy so)."""
-        labels = dispatcher.plan.labels(services.config_of)
-        dispatcher.labels = labels
-        self.config.decoupled = labels is not None
-        if labels is not None and self.stats.streams is None:
-            self.stats.streams = StreamStats()
 
     def recheck_ensemble(self, services: Any) -> None:
         """An ensemble whose composing models changed: UNAVAILABLE with the reason, or READY again."""
-        if not isinstance(self.dispatcher, EnsembleDispatcher) or self.state not in (
-            ModelState.READY,
-            ModelState.UNAVAILABLE,
+        dispatcher = self.dispatcher
+        if (
+            dispatcher is None
+            or not dispatcher.composes
+            or self.state not in (ModelState.READY, ModelState.UNAVAILABLE)
         ):
             return
-        problem = self.dispatcher.plan.problem(services.config_of)
+        problem = dispatcher.recheck(services.config_of)
         if problem is None:
-            self._stream_if_decoupled(self.dispatcher, services)
             self.state, self.reason = ModelState.READY, ""
         else:
             self.state, self.reason = ModelState.UNAVAILABLE, problem
@@ -252,13 +192,13 @@ class ServedVersion:
         self._stop_draining.set()
 
     def live_sequences(self) -> int:
-        return self.dispatcher.batcher.live if isinstance(self.dispatcher, SequenceDispatcher) else 0
+        return self.dispatcher.live_sequences if self.dispatcher is not None else 0
 
     def holds_sequence(self, request: InferenceRequest) -> bool:
         """Whether `request` continues a sequence live on this version (it must run here, even while it drains)."""
         dispatcher = self.dispatcher
         return (
-            isinstance(dispatcher, SequenceDispatcher)
+            dispatcher is not None
             and not request.sequence_start
             and request.sequence_id not in (0, "")
             and dispatcher.knows(request.sequence_id)
@@ -292,22 +232,22 @@ class ServedVersion:
     async def unload(self) -> None:
         """Stop new traffic, let in-flight requests finish, then release the runtime."""
         self.state = ModelState.UNLOADING
-        if isinstance(self.dispatcher, SequenceDispatcher):
+        if self.live_sequences():
             # live sequences finish here (new ones start on the version that replaced this one), within a limit
-            await self._wait_or_stop(self.dispatcher.no_sequences, "live sequences")
+            await self._wait_or_stop(self.dispatcher.sequences_ended(), "live sequences")
         await self._drained.wait()
         if self.open_streams:
             # open streams (a generation under way) finish on this version, within the same limit as sequences
-            await self._wait_or_stop(self._streams_closed, f"{self.open_streams} open streams")
+            await self._wait_or_stop(self._streams_closed.wait(), f"{self.open_streams} open streams")
         if self.dispatcher is not None:
             await self.dispatcher.stop()
         await self._release()
         self.state = ModelState.UNAVAILABLE
         self.reason = "unloaded"
 
-    async def _wait_or_stop(self, event: asyncio.Event, what: str) -> None:
-        """Until `event`, the server stopping, or SEQUENCE_DRAIN_SECONDS (then unload anyway, with a warning)."""
-        tasks = [asyncio.ensure_future(event.wait()), asyncio.ensure_future(self._stop_draining.wait())]
+    async def _wait_or_stop(self, ended: Awaitable[Any], what: str) -> None:
+        """Until `ended`, the server stopping, or SEQUENCE_DRAIN_SECONDS (then unload anyway, with a warning)."""
+        tasks = [asyncio.ensure_future(ended), asyncio.ensure_future(self._stop_draining.wait())]
         done, pending = await asyncio.wait(tasks, timeout=SEQUENCE_DRAIN_SECONDS, return_when="FIRST_COMPLETED")
         for task in pending:
             task.cancel()

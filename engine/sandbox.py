@@ -10,7 +10,7 @@ temporary folder, which is also its home and working directory, and no signals t
 the kernel has it), an environment holding no secret, and limits on address space, CPU time, open files and file
 size; the parent kills its whole process group when the wall-clock timeout passes.
 It completes the config and loads the version once on the CPU through the same code as a real load
-(engine.lifecycle.trial_load), then prints the effective config as JSON on its last line of output. A failure
+(engine.placement.trial_load), then prints the effective config as JSON on its last line of output. A failure
 reason it gives is shown only bounded and printable (`shown_reason`).
 """
 
@@ -266,7 +266,7 @@ def child_main(argv: list[str]) -> int:
     given = parse_config_json(request["config"])
     isolation = confine(int(argv[0]), int(argv[1]), Path.cwd(), readable_paths(version_dir, given))
     # imported after confinement: the backends and the files are what is untrusted
-    from engine.lifecycle import trial_load
+    from engine.placement import trial_load
     from engine.repository import complete_config
 
     try:

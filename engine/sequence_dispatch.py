@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from engine.config import ModelConfig
-from engine.dispatch import answer, stop_task, wake_or_deadline
+from engine.dispatch import Dispatcher, answer, wake_or_deadline
 from engine.errors import BackendError, InferaError, InvalidArgument, Unavailable
 from engine.instances import ModelInstance
 from engine.schedulers.batcher import PendingRequest
@@ -22,10 +22,11 @@ from engine.schedulers.sequence import SequenceBatch, SequenceBatcher
 from engine.schedulers.sequence_inputs import SequenceInputs
 from engine.settings import SequenceLimits
 from engine.stats import ModelStats
+from engine.tasks import cancel_and_wait
 from engine.types import InferenceRequest, InferenceResponse, current_caller
 
 
-class SequenceDispatcher:
+class SequenceDispatcher(Dispatcher):
     """Drives one model version's sequences over its instances (one lane per instance)."""
 
     def __init__(
@@ -60,9 +61,16 @@ class SequenceDispatcher:
     def queued(self) -> int:
         return self.batcher.queued
 
+    @property
+    def live_sequences(self) -> int:
+        return self.batcher.live
+
     def knows(self, sequence_id: int | str) -> bool:
         """Whether a sequence with this id is live here (its next requests belong to this version)."""
         return self.batcher.knows(sequence_id)
+
+    async def sequences_ended(self) -> None:
+        await self.no_sequences.wait()
 
     async def submit(self, request: InferenceRequest) -> InferenceResponse:
         """File a request under its sequence and wait for its outputs; InvalidArgument as Triton words it."""
@@ -191,8 +199,10 @@ class SequenceDispatcher:
 
     async def stop(self) -> None:
         """Stop taking batches, wait for running ones, fail whatever is still queued."""
-        await stop_task(self._task, self._running)
+        await cancel_and_wait(self._task)
         self._task = None
+        if self._running:
+            await asyncio.wait(list(self._running))
         for pending in self.batcher.drop_all():
             if not pending.future.done():
                 pending.future.set_exception(Unavailable(f"model '{self.name}' version {self.version} is unloading"))

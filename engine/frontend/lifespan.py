@@ -15,6 +15,8 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from engine.tasks import cancel_and_wait
+
 log = logging.getLogger("infera.frontend")
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -76,9 +78,7 @@ class ServiceLifespan:
         task, self._task = self._task, None
         if task is None:
             return
-        if not task.done():
-            task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        await cancel_and_wait(task)
         await self._stop()
 
     async def handle(self, receive: Receive, send: Send) -> None:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from engine.monitoring.devices import DeviceSample, DeviceSampler
 from engine.monitoring.history import Interval, MinuteHistory, server_figures
 from engine.stats import CLIENT_PROTOCOLS
+from engine.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from engine.server import InferenceServer
@@ -261,9 +262,7 @@ class MetricsSampler:
     async def stop(self) -> None:
         """Cancel the sampling task and wait for it to end."""
         task, self._task = self._task, None
-        if task is not None and not task.done():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        await cancel_and_wait(task)
 
 
 def narrow(snapshot: Snapshot, model: str | None) -> Snapshot:

@@ -10,7 +10,7 @@ import numpy as np
 from engine.backends import Backend
 from engine.backends.base import Device
 from engine.config import DynamicBatching, ModelConfig, TensorConfig
-from engine.dispatch import Dispatcher
+from engine.dispatch import DynamicDispatcher
 from engine.instances import ModelInstance
 from engine.stats import ModelStats
 from engine.types import InferenceRequest, InferenceResponse
@@ -57,7 +57,7 @@ def _answers(backend: Backend, requests: list[InferenceRequest]) -> list[Inferen
     instance.start()
 
     async def scenario() -> list[InferenceResponse]:
-        dispatcher = Dispatcher("echo", 1, CONFIG, [instance], ModelStats("echo", 1), cores=2)
+        dispatcher = DynamicDispatcher("echo", 1, CONFIG, [instance], ModelStats("echo", 1), cores=2)
         dispatcher.start()
         responses = await asyncio.gather(*(dispatcher.submit(r) for r in requests))
         await dispatcher.stop()

@@ -11,7 +11,7 @@ import numpy as np
 from engine.backends import Backend
 from engine.backends.base import Device
 from engine.config import DynamicBatching, ModelConfig, TensorConfig
-from engine.dispatch import ALONE_BELOW, IN_FLIGHT_WEIGHT, Dispatcher
+from engine.dispatch import ALONE_BELOW, IN_FLIGHT_WEIGHT, DynamicDispatcher
 from engine.instances import ModelInstance
 from engine.stats import ModelStats
 from engine.types import InferenceRequest
@@ -59,7 +59,7 @@ def _run(scenario) -> tuple[int, list[tuple[int, int]]]:
     instance.start()
 
     async def main() -> int:
-        dispatcher = Dispatcher("dear", 1, CONFIG, [instance], ModelStats("dear", 1), cores=2)
+        dispatcher = DynamicDispatcher("dear", 1, CONFIG, [instance], ModelStats("dear", 1), cores=2)
         dispatcher.start()
         await scenario(dispatcher)
         await dispatcher.stop()
@@ -72,7 +72,7 @@ def _run(scenario) -> tuple[int, list[tuple[int, int]]]:
 
 
 def test_it_runs_lone_requests_on_the_loop_one_at_a_time() -> None:
-    async def scenario(dispatcher: Dispatcher) -> None:
+    async def scenario(dispatcher: DynamicDispatcher) -> None:
         for _ in range(4):
             await dispatcher.submit(_request())
 
@@ -83,7 +83,7 @@ def test_it_runs_lone_requests_on_the_loop_one_at_a_time() -> None:
 
 
 def test_it_keeps_batches_with_company_on_the_thread() -> None:
-    async def scenario(dispatcher: Dispatcher) -> None:
+    async def scenario(dispatcher: DynamicDispatcher) -> None:
         await dispatcher.submit(_request())
         await dispatcher.submit(_request())  # measured alone, inline
         for _ in range(3):
@@ -99,7 +99,7 @@ def test_it_waits_out_a_lull_before_running_lone_requests_inline_again() -> None
     lull = 3  # lone requests right after a burst: the running average still remembers the company
     settle = 40  # enough lone requests for the average to fall under ALONE_BELOW from a burst of 8
 
-    async def scenario(dispatcher: Dispatcher) -> None:
+    async def scenario(dispatcher: DynamicDispatcher) -> None:
         await dispatcher.submit(_request())
         for _ in range(3):
             await asyncio.gather(*(dispatcher.submit(_request()) for _ in range(8)))

@@ -11,7 +11,7 @@ import numpy as np
 from engine.backends import Backend
 from engine.backends.base import Device
 from engine.config import DynamicBatching, ModelConfig, TensorConfig
-from engine.dispatch import Dispatcher
+from engine.dispatch import DynamicDispatcher
 from engine.instances import ModelInstance
 from engine.stats import ModelStats
 from engine.types import InferenceRequest
@@ -73,8 +73,8 @@ async def _started(started: list[int], count: int) -> None:
     assert await asyncio.to_thread(wait), f"only {len(started)} of {count} batches started"
 
 
-def _dispatcher(instances: list[ModelInstance], cores: int = 4) -> Dispatcher:
-    dispatcher = Dispatcher("gated", 1, CONFIG, instances, ModelStats("gated", 1), cores=cores)
+def _dispatcher(instances: list[ModelInstance], cores: int = 4) -> DynamicDispatcher:
+    dispatcher = DynamicDispatcher("gated", 1, CONFIG, instances, ModelStats("gated", 1), cores=cores)
     dispatcher.start()
     return dispatcher
 

@@ -15,7 +15,7 @@ from engine.backends.onnxruntime import default_intra_op_threads
 from engine.config import InstanceGroup, ModelConfig
 from engine.config_format import config_to_dict, parse_config_pbtxt
 from engine.instances import ALONE_EXECUTE_NS, PROBE_EVERY, PROBE_FACTOR, ModelInstance
-from engine.lifecycle import instance_devices
+from engine.placement import instance_devices
 from engine.repository import with_cpu_instance_counts
 from engine.types import InferenceRequest
 from tests.engine.cpu_clock import FakeClock

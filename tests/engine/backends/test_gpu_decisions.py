@@ -24,7 +24,7 @@ from engine.backends.gpu_transfers import (
 from engine.backends.onnxruntime import OnnxRuntimeBackend
 from engine.backends.torch_cuda import CudaGraphs, batch_buckets, first_rows, graphs_wanted
 from engine.config import InstanceGroup, TensorConfig
-from engine.lifecycle import instance_devices
+from engine.placement import instance_devices
 from tests.engine.model_factory import make_simple_onnx, simple_config
 
 CPU, GPU = Device("CPU", 0), Device("GPU", 0)

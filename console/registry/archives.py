@@ -8,10 +8,13 @@ so a lying header cannot slip past.
 
 from __future__ import annotations
 
+import functools
 import shutil
 import stat
 import tarfile
 import zipfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO
 
@@ -82,62 +85,76 @@ class _Budget:
                 out.write(chunk)
 
 
+@dataclass(frozen=True)
+class _Member:
+    """One entry of a zip or a tar, as the unpack loop sees it."""
+
+    name: str
+    is_dir: bool
+    refusal: str | None  # why its kind is refused (a link, a device), in the archive format's own words
+    open: Callable[[], IO[bytes]]
+
+
 def unpack(archive: IO[bytes], kind: str, target: Path, *, max_members: int, max_bytes: int) -> None:
     """Write the archive's regular files and folders under `target` (which must exist and be empty)."""
     budget = _Budget(max_members, max_bytes)
     try:
         if kind == "zip":
-            _unpack_zip(archive, target, budget)
+            with zipfile.ZipFile(archive) as zipped:
+                _unpack_members(_zip_members(zipped), target, budget)
         else:
-            _unpack_tar(archive, target, budget)
+            with tarfile.open(fileobj=archive, mode="r:*") as tarred:
+                _unpack_members(_tar_members(tarred), target, budget)
     except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError) as exc:
         if is_storage_full(exc):
             raise  # the archive is fine, the disk is not: the caller answers 507
         raise ArchiveRejected(f"the archive cannot be read: {exc}") from None
 
 
-def _unpack_zip(archive: IO[bytes], target: Path, budget: _Budget) -> None:
-    with zipfile.ZipFile(archive) as bundle:
-        for info in bundle.infolist():
-            budget.add_member(info.filename)
-            mode = info.external_attr >> 16
-            if stat.S_ISLNK(mode):
-                raise ArchiveRejected(f"member '{info.filename}' is a symbolic link")
-            if mode and stat.S_IFMT(mode) not in (0, stat.S_IFREG, stat.S_IFDIR):
-                raise ArchiveRejected(f"member '{info.filename}' is not a regular file or folder")
-            relative = member_path(info.filename)
-            if relative is None:
-                continue
-            destination = target.joinpath(*relative.parts)
-            if info.is_dir():
-                destination.mkdir(parents=True, exist_ok=True)
-                continue
-            _refuse_duplicate(destination, info.filename)
-            with bundle.open(info) as source:
-                budget.copy(source, destination, info.filename)
+def _unpack_members(members: Iterator[_Member], target: Path, budget: _Budget) -> None:
+    """The one loop over a zip's or a tar's entries: count, refuse, then make the folder or copy the file."""
+    for member in members:
+        budget.add_member(member.name)
+        if member.refusal is not None:
+            raise ArchiveRejected(f"member '{member.name}' {member.refusal}")
+        relative = member_path(member.name)
+        if relative is None:
+            continue
+        destination = target.joinpath(*relative.parts)
+        if member.is_dir:
+            destination.mkdir(parents=True, exist_ok=True)
+            continue
+        _refuse_duplicate(destination, member.name)
+        with member.open() as source:
+            budget.copy(source, destination, member.name)
 
 
-def _unpack_tar(archive: IO[bytes], target: Path, budget: _Budget) -> None:
-    with tarfile.open(fileobj=archive, mode="r:*") as bundle:
-        for member in bundle:
-            budget.add_member(member.name)
-            if member.issym() or member.islnk():
-                raise ArchiveRejected(f"member '{member.name}' is a link (to '{member.linkname}')")
-            if not (member.isfile() or member.isdir()):
-                raise ArchiveRejected(f"member '{member.name}' is a device, pipe or other special file")
-            relative = member_path(member.name)
-            if relative is None:
-                continue
-            destination = target.joinpath(*relative.parts)
-            if member.isdir():
-                destination.mkdir(parents=True, exist_ok=True)
-                continue
-            _refuse_duplicate(destination, member.name)
-            source = bundle.extractfile(member)
-            if source is None:
-                raise ArchiveRejected(f"member '{member.name}' cannot be read")
-            with source:
-                budget.copy(source, destination, member.name)
+def _zip_members(bundle: zipfile.ZipFile) -> Iterator[_Member]:
+    for info in bundle.infolist():
+        mode = info.external_attr >> 16
+        refusal = None
+        if stat.S_ISLNK(mode):
+            refusal = "is a symbolic link"
+        elif mode and stat.S_IFMT(mode) not in (0, stat.S_IFREG, stat.S_IFDIR):
+            refusal = "is not a regular file or folder"
+        yield _Member(info.filename, info.is_dir(), refusal, functools.partial(bundle.open, info))
+
+
+def _tar_members(bundle: tarfile.TarFile) -> Iterator[_Member]:
+    for member in bundle:
+        refusal = None
+        if member.issym() or member.islnk():
+            refusal = f"is a link (to '{member.linkname}')"
+        elif not (member.isfile() or member.isdir()):
+            refusal = "is a device, pipe or other special file"
+        yield _Member(member.name, member.isdir(), refusal, functools.partial(_tar_source, bundle, member))
+
+
+def _tar_source(bundle: tarfile.TarFile, member: tarfile.TarInfo) -> IO[bytes]:
+    source = bundle.extractfile(member)
+    if source is None:
+        raise ArchiveRejected(f"member '{member.name}' cannot be read")
+    return source
 
 
 def _refuse_duplicate(destination: Path, name: str) -> None:

@@ -1,6 +1,6 @@
 """The ensemble section's repository and load: `digits_pipeline` with its three steps, and the digit images it labels.
 
-The four models are the demo's own (`console/demo_pipeline.py`, `console/demo_models.py`): the two python steps and
+The four models are the demo's own (`console/demo/pipeline.py`, `console/demo/repository.py`): the two python steps and
 the ensemble as the console seeds them, and `digits` trained as its version 2 is, with the bench's one intra-op and
 one inter-op onnxruntime thread added to its config. Training takes seconds, so the ONNX bytes are kept in
 bench/results under a key of the training code, and trained again only when that code changes.
@@ -22,8 +22,8 @@ import orjson
 
 from bench.direct import cpu_session
 from bench.models import ONNX_THREADS, write_if_changed
-from console.demo_models import DIGITS_CONFIG, DIGITS_TRAINING, digits_split, train_digits_onnx
-from console.demo_pipeline import PIPELINE_CONFIG, PIPELINE_MODELS, digit_image, png_bytes
+from console.demo.pipeline import PIPELINE_CONFIG, PIPELINE_MODELS, digit_image, png_bytes
+from console.demo.repository import DIGITS_CONFIG, DIGITS_TRAINING, digits_split, train_digits_onnx
 from engine.config_format import parse_config_pbtxt
 
 PIPELINE = "digits_pipeline"

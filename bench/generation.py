@@ -94,7 +94,7 @@ async def drive(base_url: str, model: str, streams: int, seconds: float) -> Gene
 
 def write_repository(folder: Path, train_seconds: float) -> Path:
     """Both copies of the generator, trained once (the same weights)."""
-    from console.demo_generator import GENERATOR_CONFIG, MODEL_NAME, train_generator, write_generator
+    from console.demo.generator import GENERATOR_CONFIG, MODEL_NAME, train_generator, write_generator
 
     model, _ = train_generator(seconds=train_seconds)
     continuous = write_generator(folder, model)

@@ -1,6 +1,6 @@
 """The sequences section's three models: one ONNX accumulator under direct, oldest, and no sequence batching.
 
-All three run `console/demo_sequences.py`'s graph (OUTPUT = STATE_OUT = (START ? 0 : STATE_IN) + INPUT * READY,
+All three run `console/demo/sequences.py`'s graph (OUTPUT = STATE_OUT = (START ? 0 : STATE_IN) + INPUT * READY,
 INT32 [batch, 1]) on one instance with `max_batch_size` 64, so 64 sequences are live at once under either strategy:
 direct gives each its own slot of the 64, oldest keeps all 64 as candidates. One instance of 64 rather than 8 of
 8: on a 2-core machine eight onnxruntime sessions would only take turns. Oldest and the baseline's dynamic batcher
@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.models import ONNX_THREADS, write_if_changed
-from console.demo_sequences import CONTROLS, accumulator_onnx_bytes
+from console.demo.sequences import CONTROLS, accumulator_onnx_bytes
 
 MAX_BATCH_SIZE = 64
 CANDIDATES = 64

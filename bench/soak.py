@@ -39,8 +39,8 @@ from bench.soak_report import write_doc_table, write_html
 from bench.soak_traffic import Mix, Window, demo_streams
 from bench.system import load_average, usable_cores
 from bench.uploads import UploadClient
-from console.demo_pipeline import PIPELINE_MODELS
-from console.demo_sequences import SEQUENCE_MODELS
+from console.demo.pipeline import PIPELINE_MODELS
+from console.demo.sequences import SEQUENCE_MODELS
 
 RESULTS = ROOT / "bench" / "results" / "soak"
 DOC = ROOT / "docs" / "reliability.md"

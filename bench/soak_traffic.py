@@ -27,8 +27,8 @@ from bench.direct import cpu_session
 from bench.ensemble_models import MARGIN, SCALE, binary_request, image_request, read_back_grid
 from bench.sequence_runs import answered_output, step_body, step_value
 from bench.servers import NotAvailable
-from console.demo_models import digits_split
-from console.demo_pipeline import digit_image, png_bytes
+from console.demo.pipeline import digit_image, png_bytes
+from console.demo.repository import digits_split
 
 REQUEST_TIMEOUT_S = 30.0
 EXAMPLES = 10

@@ -1,4 +1,4 @@
-"""The ASGI entry point: `console.asgi:application` for uvicorn and daphne (see console/composition.py).
+"""The ASGI entry point: `console.asgi:application` for uvicorn and daphne (see console/hosting/composition.py).
 
 `manage.py serve` builds its own application with the address it listens on; this module is for running the
 console under an ASGI server directly (`uvicorn console.asgi:application`).
@@ -16,6 +16,6 @@ django.setup(set_prefix=False)
 
 from django.conf import settings  # noqa: E402
 
-from console.composition import build_application  # noqa: E402
+from console.hosting.composition import build_application  # noqa: E402
 
 application = build_application(settings.INFERA)

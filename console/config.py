@@ -142,7 +142,7 @@ def read_settings(environ: Mapping[str, str] | None = None) -> InferaSettings:
         log_level=env_choice("INFERA_LOG_LEVEL", "INFO", LOG_LEVELS, environ=env),
         access_log_format=env_choice("INFERA_ACCESS_LOG_FORMAT", "text", ACCESS_LOG_FORMATS, environ=env),
         access_log_sample=env_int("INFERA_ACCESS_LOG_SAMPLE", 1, minimum=1, maximum=MAX_ACCESS_LOG_SAMPLE, environ=env),
-        # written off the event loop (console/log_writer.py); only a stream that stops taking lines fills it
+        # written off the event loop (console/hosting/log_writer.py); only a stream that stops taking lines fills it
         log_queue=env_int("INFERA_LOG_QUEUE", 200_000, minimum=1000, maximum=10_000_000, environ=env),
         inference_auth=env_choice("INFERA_INFERENCE_AUTH", "auto", INFERENCE_AUTH_CHOICES, environ=env),
         login_max_failures=env_int("INFERA_LOGIN_MAX_FAILURES", 5, minimum=1, environ=env),

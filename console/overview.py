@@ -91,7 +91,7 @@ def formatted(value: float | None, kind: str) -> str:
 class Overview:
     """Everything the home page shows."""
 
-    engine_state: str  # starting, ready, failed, absent (console/runtime.py)
+    engine_state: str  # starting, ready, failed, absent (console/hosting/runtime.py)
     engine_failure: str | None
     cards: list[ModelCard]
     now: dict[str, Any] | None  # the newest snapshot's `server` figures (engine/monitoring/sampler.py)
@@ -140,7 +140,7 @@ class Overview:
 
 
 def build_overview(runtime: Any) -> Overview:
-    """The overview of this process: `runtime` is console/runtime.py's Runtime, or None when no engine runs here."""
+    """The overview of this process: `runtime` is the hosting Runtime, or None when no engine runs here."""
     server = runtime.server if runtime is not None else None
     sampler = runtime.sampler if runtime is not None else None
     latest = sampler.latest if sampler is not None else None

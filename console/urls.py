@@ -1,4 +1,4 @@
-"""URL map of the Django side (/v2 and /metrics never get here: console/composition.py routes them first)."""
+"""URL map of the Django side (/v2 and /metrics never get here: console/hosting/composition.py routes them first)."""
 
 from __future__ import annotations
 

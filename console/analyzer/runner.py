@@ -1,7 +1,7 @@
 """The analysis runner: the serving process's loop that takes queued analyses one at a time and runs them on its
 engine (engine.analysis.sweep), recording each point as it is measured.
 
-It is the runtime's (console/runtime.py). It wakes when this process queues an analysis (`wake()`, safe from the
+It is the runtime's (console/hosting/runtime.py). It wakes when this process queues an analysis (`wake()`, safe from the
 API's worker threads), else every `period` seconds (an analysis queued elsewhere: `manage.py analyze`, another
 replica's API). While one runs it beats every WATCH_SECONDS, which is also when it reads a cancellation asked for in
 another process; one asked for here (`cancel()`) stops it at once. An analysis ends within its plan's time limit.

@@ -21,7 +21,7 @@ vLLM backend names its tensors:
   steps) and `text_generator_sequence_steps_total` (sequences summed over steps): their ratio is the mean batch a
   step held.
 
-Code layout: the tokenizer, transformer, KV cache and continuous batcher live in console/demo_generator_core.py, a
+Code layout: the tokenizer, transformer, KV cache and continuous batcher live in console/demo/generator_core.py, a
 module that imports only torch and the standard library. model.py is that file's source followed by the Triton glue
 below (GLUE_PY), so the served model is one self-contained file that imports nothing from this project, while
 tests import and lint the core as an ordinary module.
@@ -44,8 +44,8 @@ from pathlib import Path
 import torch
 from torch.nn import functional as F  # noqa: N812 - torch's own spelling
 
-from console import demo_generator_core
-from console.demo_generator_core import WEIGHTS_FILE, CharTokenizer, CharTransformer, ModelShape, save_model
+from console.demo import generator_core
+from console.demo.generator_core import WEIGHTS_FILE, CharTokenizer, CharTransformer, ModelShape, save_model
 
 MODEL_NAME = "text_generator"
 
@@ -74,7 +74,7 @@ parameters { key: "torch_threads" value: { string_value: "1" } }
 
 GLUE_PY = '''
 
-# ---- the python backend's side (console.demo_generator): requests in, responses out through their senders
+# ---- the python backend's side (console.demo.generator): requests in, responses out through their senders
 
 import contextvars
 import json
@@ -231,7 +231,7 @@ class TrainingReport:
 
 def model_source() -> str:
     """model.py: the core's source, then the Triton glue."""
-    return Path(demo_generator_core.__file__).read_text(encoding="utf-8") + GLUE_PY
+    return Path(generator_core.__file__).read_text(encoding="utf-8") + GLUE_PY
 
 
 def training_text() -> str:

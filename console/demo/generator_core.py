@@ -1,7 +1,7 @@
 """The demo generator's core: a character-level decoder-only transformer, its KV cache, and a continuous batcher.
 
 It imports only the standard library and torch, never the project: its source is also the first half of the served
-model.py (console.demo_generator appends the Triton glue), and tests import it from here.
+model.py (console.demo.generator appends the Triton glue), and tests import it from here.
 
 Continuous (iteration-level) batching, as LLM backends do it: `ContinuousBatcher.step()` admits waiting sequences
 (their prompt is prefilled into a free cache slot), drops cancelled ones, runs ONE forward pass that feeds every

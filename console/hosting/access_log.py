@@ -5,7 +5,7 @@ uvicorn's or daphne's access log. API keys anywhere in the line are masked too (
 
 Access lines cost the event loop one append: the server's access logger is replaced by a stand-in that queues the
 line's fields (client, method, path, HTTP version, status, bytes and duration where the server knows them) for the
-log writer's thread (console/log_writer.py), which masks, formats and writes them in batches: the same text as the
+log writer's thread (log_writer.py), which masks, formats and writes them in batches: the same text as the
 server's own lines (uvicorn's `INFO:     client - "GET /path HTTP/1.1" 200 OK`, daphne's NCSA-like one), or JSON
 lines (INFERA_ACCESS_LOG_FORMAT=json). INFERA_ACCESS_LOG_SAMPLE=N writes one line in N, followed by ` [N requests]`
 (a JSON line's "count"); the last line written at shutdown stands for the requests left over, so the counts add up.
@@ -23,7 +23,7 @@ from time import time as _now
 from typing import IO, TYPE_CHECKING, Any
 
 from console.accounts.log_masking import mask_secrets
-from console.log_writer import LogWriter, write_lines
+from console.hosting.log_writer import LogWriter, write_lines
 
 if TYPE_CHECKING:
     from console.config import InferaSettings
@@ -86,7 +86,7 @@ class MaskedAccessLog:
         self.stream.flush()
 
 
-# --- access lines written off the event loop (console/log_writer.py) ---------------------------------------------
+# --- access lines written off the event loop (log_writer.py) ---------------------------------------------
 
 _PHRASES = {status.value: status.phrase for status in http.HTTPStatus}
 

@@ -1,7 +1,7 @@
 """The one ASGI application Infera serves: /v2, /v1 and /metrics to the engine, WebSockets to Channels, the rest
 to Django.
 
-It owns the process's Runtime (console/runtime.py): started by ASGI lifespan (uvicorn) or on the first connection
+It owns the process's Runtime (runtime.py): started by ASGI lifespan (uvicorn) or on the first connection
 for servers that send no lifespan events (daphne), stopped at shutdown, and placed in every connection's scope.
 Every request and WebSocket is counted in the runtime's Connections, which a graceful shutdown drains.
 Behind a trusted load balancer the scope carries the client's own address and scheme (console/forwarded.py).
@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from console.body_gate import BodyGate
 from console.config import InferaSettings
 from console.forwarded import ForwardedHeaders, trusted_networks
+from console.hosting.body_gate import BodyGate
+from console.hosting.runtime import RUNTIME_KEY, Runtime
 from console.peers.identity import ProcessIdentity
-from console.runtime import RUNTIME_KEY, Runtime
 from engine.frontend import Reply, Route
 
 Scope = MutableMapping[str, Any]
@@ -64,7 +64,7 @@ class InferaApplication:
         await self.runtime.lifespan.on_connection()  # a server that sends no lifespan events (daphne) starts us here
         scope[RUNTIME_KEY] = self.runtime
         self.forwarded.apply(scope)  # the client's own address behind a trusted load balancer
-        connections = self.runtime.connections  # what a graceful shutdown waits for (console/shutdown.py)
+        connections = self.runtime.connections  # what a graceful shutdown waits for (shutdown.py)
         if kind == "websocket":
             await connections.websocket(self.websocket_app, scope, receive, send)
             return
@@ -111,8 +111,8 @@ def build_application(
 
     django_app = get_asgi_application()  # sets Django up before anything below imports models
 
+    from console.hosting.websocket_origin import SameOriginValidator
     from console.routing import websocket_urlpatterns
-    from console.websocket_origin import SameOriginValidator
 
     return InferaApplication(
         django_app=BodyGate(django_app, settings),

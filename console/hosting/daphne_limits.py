@@ -4,11 +4,11 @@ Twisted learns a request's length from its headers (`gotLength`) and then buffer
 disk; the ASGI application sees nothing until the last byte. So a 10 GiB Content-Length would be waited for forever
 and an anonymous 300 MB POST would fill the temporary folder. Here the request answers 413 at once when the declared
 length is over the route's limit, and for a large body pauses reading while a worker thread checks the sender's
-session or token (the same check as console/body_gate.py), answering 401/403 without reading the body.
+session or token (the same check as body_gate.py), answering 401/403 without reading the body.
 
 Twisted's only clock is an idle timeout that any byte resets, so headers or a body sent a byte at a time never end.
-`time_requests` gives every connection the read deadlines of console/read_deadlines.py, and while the process
-drains (console/shutdown.py) answers each new request with `Connection: close`.
+`time_requests` gives every connection the read deadlines of read_deadlines.py, and while the process
+drains (shutdown.py) answers each new request with `Connection: close`.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from typing import Any
 
 import orjson
 
-from console import body_gate
-from console.composition import is_engine_path
 from console.config import InferaSettings
-from console.read_deadlines import ReadClock, timeout_answer
-from console.shutdown import GOING_AWAY, Connections
+from console.hosting import body_gate
+from console.hosting.composition import is_engine_path
+from console.hosting.read_deadlines import ReadClock, timeout_answer
+from console.hosting.shutdown import GOING_AWAY, Connections
 from engine.settings import HttpSettings
 
 logger = logging.getLogger("console.http")

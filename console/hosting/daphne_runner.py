@@ -1,5 +1,5 @@
 """Run the console under daphne: the runtime starts and stops with the reactor (daphne sends no lifespan), requests
-keep console/daphne_limits.py's limits, and a signal drains the process as console/shutdown.py says.
+keep daphne_limits.py's limits, and a signal drains the process as shutdown.py says.
 
 Daphne's own SIGTERM handling stops the reactor at once and cancels every request in flight; here the first signal
 stops listening, drains, and only then stops the reactor.
@@ -13,10 +13,10 @@ import sys
 from typing import Any
 
 from console.config import InferaSettings
-from console.log_writer import ABORT_WRITE_SECONDS
+from console.hosting.log_writer import ABORT_WRITE_SECONDS
+from console.hosting.shutdown import ShutdownSignals
+from console.hosting.workers import reuse_port_socket
 from console.peers.identity import ProcessIdentity
-from console.shutdown import ShutdownSignals
-from console.workers import reuse_port_socket
 
 logger = logging.getLogger("console.shutdown")
 
@@ -39,10 +39,10 @@ def run_daphne(
 
     from twisted.internet import defer, reactor
 
-    from console.access_log import start_log_writer
     from console.accounts.inference_auth import resolve_mode
-    from console.composition import build_application
-    from console.daphne_limits import limit_request_bodies, time_requests
+    from console.hosting.access_log import start_log_writer
+    from console.hosting.composition import build_application
+    from console.hosting.daphne_limits import limit_request_bodies, time_requests
 
     application = build_application(infera, listen_host=host, identity=identity)
     runtime = application.runtime
@@ -79,7 +79,7 @@ def run_daphne(
     server = DrainingServer(
         application=application,
         endpoints=_endpoints(host, port, shared=identity is not None and identity.has_workers),
-        action_logger=access_lines,  # each line queued for the log writer's thread (console/access_log.py)
+        action_logger=access_lines,  # each line queued for the log writer's thread (access_log.py)
         ready_callable=start_runtime,
         signal_handlers=False,  # ours: drain on the first signal, exit on the second
     )

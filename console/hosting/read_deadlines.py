@@ -1,4 +1,4 @@
-"""When a slow client's request is overdue: the rules both servers apply (console/uvicorn_limits.py, daphne_limits.py).
+"""When a slow client's request is overdue: the rules both servers apply (uvicorn_limits.py, daphne_limits.py).
 
 Headers: all of them within `header_timeout_seconds` of the request's first byte (of the connection, for a first
 request). Body: no pause longer than `body_timeout_seconds`, and, past that first allowance, an average of at least

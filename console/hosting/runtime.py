@@ -1,6 +1,6 @@
 """What this process runs, built once and started in one stated order: the console's runtime.
 
-The ASGI application (console/composition.py) owns one Runtime and puts it in every connection's scope under
+The ASGI application (composition.py) owns one Runtime and puts it in every connection's scope under
 RUNTIME_KEY, so views, the API and WebSocket consumers reach the engine through `runtime_of(...)` and never through
 a module global. Start-up order, each step after the one before (a worker of `serve --workers` without Redis
 first joins its host's other workers on the channel layer, console/peers/layer.py, so change notices reach it):
@@ -18,7 +18,7 @@ first joins its host's other workers on the channel layer, console/peers/layer.p
    to the other processes, whose snapshots it hears and merges (console/monitoring/cluster.py).
 
 Stopping runs the other way round, the gRPC server finishing its in-flight calls before the engine stops. A graceful
-shutdown drains first (`drain()`, console/shutdown.py): from the first SIGTERM every step has until one deadline,
+shutdown drains first (`drain()`, shutdown.py): from the first SIGTERM every step has until one deadline,
 INFERA_SHUTDOWN_GRACE_SECONDS later.
 """
 
@@ -37,6 +37,7 @@ from console.accounts.revocations import RevocationListener
 from console.analyzer.runner import AnalysisRunner
 from console.cluster.heartbeat import Heartbeat
 from console.config import InferaSettings
+from console.hosting.shutdown import Connections
 from console.monitoring.cluster import ClusterListener, ClusterView
 from console.monitoring.live import GroupPublisher, cluster_enabled
 from console.peers.identity import ProcessIdentity
@@ -44,7 +45,6 @@ from console.peers.layer import LocalPeerLayer
 from console.registry.reconciler import Reconciler
 from console.registry.store import ModelStore
 from console.registry.v2_hooks import RegistryRepositoryControl
-from console.shutdown import Connections
 from engine.frontend import V2App
 from engine.frontend.grpc_server import GrpcFrontEnd
 from engine.frontend.lifespan import ServiceLifespan

@@ -1,7 +1,7 @@
 """A graceful shutdown of the serving process: what is in flight, how it ends, and what a second signal does.
 
-The first SIGTERM (or Ctrl-C) drains the process, the same way under uvicorn (console/uvicorn_runner.py) and daphne
-(console/daphne_runner.py):
+The first SIGTERM (or Ctrl-C) drains the process, the same way under uvicorn (uvicorn_runner.py) and daphne
+(daphne_runner.py):
 
 1. the server stops listening; /v2/health/ready answers 503 and gRPC health NOT_SERVING (the engine drains), and
    the gRPC front end takes no new calls;

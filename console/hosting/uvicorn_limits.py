@@ -1,10 +1,10 @@
 """uvicorn's HTTP protocol with read deadlines, `Connection: close` while the process drains, one write per
-response (console/coalesced_writes.py), and /v2 inference and probes answered past ASGI
+response (coalesced_writes.py), and /v2 inference and probes answered past ASGI
 (engine/frontend/direct_http.py).
 
 uvicorn closes an idle keep-alive connection (`timeout_keep_alive`) but has no deadline for a request being
 received: a client that opens a connection and sends nothing, or half a request line, or a body a byte a minute,
-holds it for as long as it likes. This subclass of the engine's uvicorn protocol keeps console/read_deadlines.py's
+holds it for as long as it likes. This subclass of the engine's uvicorn protocol keeps read_deadlines.py's
 deadlines with one ReadClock per connection.
 """
 
@@ -13,9 +13,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from console.coalesced_writes import CoalescedWrites
-from console.read_deadlines import ReadClock, timeout_answer
-from console.shutdown import Connections
+from console.hosting.coalesced_writes import CoalescedWrites
+from console.hosting.read_deadlines import ReadClock, timeout_answer
+from console.hosting.shutdown import Connections
 from engine.frontend.direct_http import DirectCycle, DirectRequestsProtocol, DirectResponder
 from engine.settings import HttpSettings
 

@@ -1,4 +1,4 @@
-"""Run the console under uvicorn, with Infera's read deadlines and graceful shutdown (console/shutdown.py).
+"""Run the console under uvicorn, with Infera's read deadlines and graceful shutdown (shutdown.py).
 
 uvicorn's own shutdown closes idle connections at once, gives in-flight requests `timeout_graceful_shutdown`, turns
 a second SIGTERM into nothing (only a second Ctrl-C forces it), and re-raises the signal when it is done, so the
@@ -19,12 +19,12 @@ from typing import Any
 import uvicorn
 
 from console.config import InferaSettings
-from console.log_writer import ABORT_WRITE_SECONDS, LogWriter
+from console.hosting.log_writer import ABORT_WRITE_SECONDS, LogWriter
+from console.hosting.runtime import Runtime
+from console.hosting.shutdown import ShutdownSignals
+from console.hosting.uvicorn_limits import timed_protocol
+from console.hosting.workers import reuse_port_socket
 from console.peers.identity import ProcessIdentity
-from console.runtime import Runtime
-from console.shutdown import ShutdownSignals
-from console.uvicorn_limits import timed_protocol
-from console.workers import reuse_port_socket
 
 logger = logging.getLogger("console.shutdown")
 
@@ -80,9 +80,9 @@ def run_uvicorn(
     identity: ProcessIdentity | None = None,
 ) -> None:
     """Serve the console application with uvicorn in the foreground until a signal ends it; a worker of
-    `serve --workers` (`identity`) shares the port with the others (console/workers.py)."""
-    from console.access_log import mask_uvicorn_access_log, start_log_writer
-    from console.composition import build_application
+    `serve --workers` (`identity`) shares the port with the others (workers.py)."""
+    from console.hosting.access_log import mask_uvicorn_access_log, start_log_writer
+    from console.hosting.composition import build_application
 
     # the runtime knows where it listens
     application = build_application(infera, listen_host=host, identity=identity)
@@ -116,7 +116,7 @@ def run_uvicorn(
 
 def with_access_lines(protocol: type[Any], lines: object) -> type[Any]:
     """`protocol` whose access logger (its direct answers' and uvicorn's cycles') is `lines`, which queues each
-    line for the log writer's thread (console/access_log.py) where uvicorn's logger formats and writes on the loop."""
+    line for the log writer's thread (access_log.py) where uvicorn's logger formats and writes on the loop."""
 
     class AccessLinesProtocol(protocol):  # type: ignore[valid-type,misc]
         def __init__(self, *args: Any, **kwargs: Any) -> None:

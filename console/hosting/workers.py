@@ -8,7 +8,7 @@ changes and the per-second snapshots travel on the channel layer, Redis when RED
 console/peers/layer.py between the workers of this host.
 
 The supervisor holds no engine and no port. The first SIGTERM or SIGINT is passed to every worker, each drains
-(console/shutdown.py), and the supervisor exits 0 once all have; a second signal is passed on too (the workers stop
+(shutdown.py), and the supervisor exits 0 once all have; a second signal is passed on too (the workers stop
 their model stubs and exit at once) and the supervisor exits with 128 + its number. A worker that dies is started
 again, unless it dies within START_GRACE_SECONDS of starting (a wrong setting, a port taken): then the others are
 stopped and the supervisor exits with its status. A worker whose supervisor is killed gets SIGTERM from the kernel.

@@ -1,8 +1,8 @@
 """The live-metrics wiring that is the console's: snapshots published to the dashboards' channel-layer group.
 
-The runtime (console/runtime.py) owns the process's one MetricsSampler and subscribes a GroupPublisher to it; each
-/ws/metrics/ consumer joins `group_name()` and reads its backlog from the same sampler (or, in a cluster, from the
-ClusterView), so an extra dashboard costs one send per second and nothing else. In a cluster the publisher also
+The runtime (console/hosting/runtime.py) owns the process's one MetricsSampler and subscribes a GroupPublisher to
+it; each /ws/metrics/ consumer joins `group_name()` and reads its backlog from the same sampler (or, in a cluster,
+from the ClusterView), so an extra dashboard costs one send per second and nothing else. In a cluster the publisher also
 sends each snapshot to the other processes (console/monitoring/cluster.py) and gives its dashboards the merge.
 """
 

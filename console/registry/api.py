@@ -15,6 +15,7 @@ from rest_framework.views import APIView
 
 from console.accounts.permissions import CanManageModels
 from console.accounts.tokens import TokenAuthentication
+from console.hosting.runtime import runtime_of
 from console.parsers import JSONParser
 from console.registry import services
 from console.registry.engine_status import engine_traffic
@@ -32,7 +33,6 @@ from console.registry.serializers import (
     VersionUploadSerializer,
 )
 from console.registry.uploads import max_upload_bytes, too_large
-from console.runtime import runtime_of
 from engine.server import InferenceServer
 
 # room for the multipart framing, the notes and a config beside the file itself

@@ -11,7 +11,7 @@ and methods, HTTP/1.0, a query string or an escaped path, `Expect: 100-continue`
 DIRECT_BODY_BYTES (read as the app asks, under uvicorn's flow control), an upgrade, a request pipelined behind one
 still answered, a draining process.
 
-The console's protocol (console/uvicorn_limits.py) is a subclass, its responder the composed application; the
+The console's protocol (console/hosting/uvicorn_limits.py) is a subclass, its responder the composed application; the
 standalone engine's is `engine.frontend.standalone:DirectProtocol`.
 """
 

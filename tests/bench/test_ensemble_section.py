@@ -24,8 +24,8 @@ from bench.ensemble_models import (
 from bench.ensemble_runs import drive_path, label_one
 from bench.report import ENSEMBLE_HEADING, write_outputs
 from bench.targets import ensemble_verdict
-from console.demo_models import digits_split
-from console.demo_pipeline import PIPELINE_MODELS, PREPROCESS_MODEL_PY, digit_image, png_bytes
+from console.demo.pipeline import PIPELINE_MODELS, PREPROCESS_MODEL_PY, digit_image, png_bytes
+from console.demo.repository import digits_split
 from engine.config_format import parse_config_pbtxt
 
 

@@ -1,6 +1,7 @@
-"""Access lines and the application log written off the event loop (console/log_writer.py, console/access_log.py):
-the same lines as uvicorn's and daphne's own, JSON lines, sampled lines whose counts add up, every line written by
-the end of a shutdown; and a real `manage.py serve` under load writes exactly one line per request."""
+"""Access lines and the application log written off the event loop (console/hosting/log_writer.py,
+console/hosting/access_log.py): the same lines as uvicorn's and daphne's own, JSON lines, sampled lines whose counts
+add up, every line written by the end of a shutdown; and a real `manage.py serve` under load writes exactly one line per
+request."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from console.access_log import AccessRoute, DaphneAccessLines, UvicornAccessLines
-from console.log_writer import LogWriter
+from console.hosting.access_log import AccessRoute, DaphneAccessLines, UvicornAccessLines
+from console.hosting.log_writer import LogWriter
 from tests.conftest import ServerProcess, serve_process, stop_process
 
 REQUESTS = 2000
@@ -81,7 +82,7 @@ def test_it_masks_secrets_in_text_and_json_lines() -> None:
 
 
 def test_its_quick_mask_masks_what_the_full_one_does() -> None:
-    from console.access_log import mask_access_field, mask_query
+    from console.hosting.access_log import mask_access_field, mask_query
 
     samples = [
         "/v2/models/simple/infer",
@@ -180,7 +181,7 @@ def test_the_application_log_is_filtered_and_formatted_on_the_writer_thread() ->
 
 
 def test_it_writes_whole_lines_at_most_a_pipe_buffer_at_a_time() -> None:
-    from console.log_writer import PIPE_BUF, write_lines
+    from console.hosting.log_writer import PIPE_BUF, write_lines
 
     class Writes(io.StringIO):
         writes: list[str]

@@ -1,5 +1,5 @@
-"""console/coalesced_writes.py under the console's uvicorn protocol, on loopback: a response's head and body go out
-in one write, a head whose body is still being made goes out at once, and `100 Continue` is never held."""
+"""console/hosting/coalesced_writes.py under the console's uvicorn protocol, on loopback: a response's head and body go
+out in one write, a head whose body is still being made goes out at once, and `100 Continue` is never held."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import uvicorn
 
-from console.shutdown import Connections
-from console.uvicorn_limits import timed_protocol
+from console.hosting.shutdown import Connections
+from console.hosting.uvicorn_limits import timed_protocol
 from engine.settings import HttpSettings
 
 REQUEST = b"GET /whole HTTP/1.1\r\nHost: infera\r\n\r\n"

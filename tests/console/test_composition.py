@@ -7,9 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from console.composition import InferaApplication, is_engine_path
-from console.runtime import RUNTIME_KEY, START_ORDER, Runtime, runtime_of
-from console.shutdown import Connections
+from console.hosting.composition import InferaApplication, is_engine_path
+from console.hosting.runtime import RUNTIME_KEY, START_ORDER, Runtime, runtime_of
+from console.hosting.shutdown import Connections
 from engine.frontend import Reply, Route
 from engine.frontend.lifespan import ServiceLifespan
 from engine.settings import GrpcSettings

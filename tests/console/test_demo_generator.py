@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from console.demo_generator import GENERATOR_CONFIG, model_source, train_generator, write_generator
-from console.demo_generator_core import (
+from console.demo.generator import GENERATOR_CONFIG, model_source, train_generator, write_generator
+from console.demo.generator_core import (
     FINISH_CANCELLED,
     FINISH_LENGTH,
     FINISH_STOP,

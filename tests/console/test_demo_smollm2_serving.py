@@ -6,7 +6,7 @@ from __future__ import annotations
 import openai
 import pytest
 
-from console.demo_models import smollm2_gguf
+from console.demo.repository import smollm2_gguf
 from tests.conftest import ServerProcess, manage_command
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]  # dequantising 135M parameters at start-up: about half a minute

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth import get_user_model
 
-from console.first_admin import ensure_admin
+from console.accounts.first_admin import ensure_admin
 
 pytestmark = pytest.mark.django_db
 

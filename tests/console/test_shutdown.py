@@ -8,8 +8,8 @@ import signal
 
 import pytest
 
-from console import shutdown
-from console.shutdown import Connections, ShutdownSignals
+from console.hosting import shutdown
+from console.hosting.shutdown import Connections, ShutdownSignals
 
 
 class Socket:

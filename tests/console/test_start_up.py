@@ -12,7 +12,7 @@ from django.db.utils import ConnectionHandler
 
 from console.config import read_settings
 from console.env import EnvError
-from console.startup import MigrationsMissing, start_up_lock, unapplied_migrations, wait_for_migrations
+from console.hosting.startup import MigrationsMissing, start_up_lock, unapplied_migrations, wait_for_migrations
 
 SECRET = "a-secret-key-shared-by-every-replica-0123456789"
 

@@ -42,7 +42,7 @@ WORKER = textwrap.dedent(
 SUPERVISOR = textwrap.dedent(
     """
     import sys
-    import console.workers as workers
+    import console.hosting.workers as workers
     workers.START_GRACE_SECONDS = float(sys.argv[3])
     command = [sys.executable, sys.argv[4], sys.argv[1], sys.argv[2]]
     sys.exit(workers.WorkerSupervisor(command, 2, "box").run())

@@ -10,7 +10,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 
-from console.demo_models import seed_repository
+from console.demo.repository import seed_repository
 
 
 class Command(BaseCommand):

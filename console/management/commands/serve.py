@@ -1,7 +1,8 @@
 """`manage.py serve`: migrate, make the first admin, seed the demo models, then serve everything in one process.
 
-The first three steps run once per database even when replicas start together (console/startup.py). With
-`--workers N` this process prepares the database, then runs N serving processes on the port (console/workers.py).
+The first three steps run once per database even when replicas start together (console/hosting/startup.py).
+With `--workers N` this process prepares the database, then runs N serving processes on the port
+(console/hosting/workers.py).
 """
 
 from __future__ import annotations
@@ -16,12 +17,12 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from console.accounts.first_admin import ensure_admin
 from console.config import ACCESS_LOG_FORMATS, MAX_ACCESS_LOG_SAMPLE, MAX_WORKERS, InferaSettings
 from console.env import env_int, env_str
-from console.first_admin import ensure_admin
+from console.hosting.startup import MigrationsMissing, start_up_lock, wait_for_migrations
+from console.hosting.workers import die_with_supervisor, run_workers
 from console.peers.identity import ProcessIdentity
-from console.startup import MigrationsMissing, start_up_lock, wait_for_migrations
-from console.workers import die_with_supervisor, run_workers
 from engine.settings import SettingError, read_trace_start_up
 
 
@@ -142,11 +143,11 @@ class Command(BaseCommand):
     ) -> None:
         access_log = not options["no_access_log"]
         if options["server"] == "daphne":
-            from console.daphne_runner import run_daphne
+            from console.hosting.daphne_runner import run_daphne
 
             run_daphne(infera, host, port, access_log=access_log, identity=identity)
         else:
-            from console.uvicorn_runner import run_uvicorn
+            from console.hosting.uvicorn_runner import run_uvicorn
 
             run_uvicorn(infera, host, port, access_log=access_log, identity=identity)
 

@@ -239,7 +239,7 @@ async def test_the_v2_app_answers_401_but_keeps_health_open():
 def test_the_runtime_builds_the_hook_from_settings_and_the_listen_host(
     settings, caplog, configured, listen_host, expected
 ):
-    from console.runtime import Runtime
+    from console.hosting.runtime import Runtime
 
     with caplog.at_level(logging.INFO, logger="console.accounts.inference_auth"):
         Runtime(settings.INFERA.replace(inference_auth=configured), listen_host=listen_host)

@@ -18,7 +18,7 @@ from channels.db import database_sync_to_async
 from django.contrib.auth import get_user_model
 
 from console.accounts.roles import set_role
-from console.demo_sequences import write_sequence_models
+from console.demo.sequences import write_sequence_models
 from console.monitoring.cluster import ClusterView
 from console.peers.identity import ProcessIdentity
 from deploy.cluster import ClusterError, LocalCluster

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 import numpy as np
 import pytest
 
-from console.demo_pipeline import digit_image, png_bytes
+from console.demo.pipeline import digit_image, png_bytes
 from tests.conftest import ARTIFACTS, ServerProcess, engine_front_end_missing
 from tests.console.monitoring.conftest import steady_load
 from tests.console.monitoring.test_browser_monitoring import TRACE, open_monitoring

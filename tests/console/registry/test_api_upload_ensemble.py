@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from console.demo_pipeline import PIPELINE_CONFIG, PREPROCESS_CONFIG, PREPROCESS_MODEL_PY
+from console.demo.pipeline import PIPELINE_CONFIG, PREPROCESS_CONFIG, PREPROCESS_MODEL_PY
 from console.registry.models import AuditEvent, ModelVersion, RegisteredModel
 from tests.console.registry.conftest import (
     SIMPLE_PBTXT,

@@ -9,7 +9,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from console.demo_models import smollm2_gguf
+from console.demo.repository import smollm2_gguf
 from console.registry.models import AuditEvent, ModelVersion, RegisteredModel
 from tests.engine.model_factory import make_simple_onnx
 

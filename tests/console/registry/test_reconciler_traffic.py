@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from asgiref.sync import sync_to_async
 
+from console.hosting.runtime import Runtime
 from console.registry import services
 from console.registry.models import AuditEvent, RegisteredModel
 from console.registry.uploads import parse_config_text
-from console.runtime import Runtime
 from engine.server import InferenceServer
 from engine.settings import GrpcSettings
 from engine.types import InferenceRequest

@@ -9,10 +9,10 @@ import time
 import pytest
 from asgiref.sync import sync_to_async
 
+from console.hosting.runtime import Runtime
 from console.registry import ensemble_graph, services
 from console.registry.models import RegisteredModel
 from console.registry.uploads import parse_config_text
-from console.runtime import Runtime
 from engine.server import InferenceServer
 from engine.settings import GrpcSettings
 from tests.conftest import manage_command, serve_process

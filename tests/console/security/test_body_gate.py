@@ -7,7 +7,7 @@ from asgiref.sync import sync_to_async
 
 from console.accounts.roles import Role
 from console.accounts.tokens import issue_token
-from console.body_gate import FORM_LIMIT_BYTES, BodyGate
+from console.hosting.body_gate import FORM_LIMIT_BYTES, BodyGate
 from tests.console.accounts.conftest import make_user
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 from django.test import Client
 
-from console.access_log import MaskedAccessLog, QueryMaskingFilter, mask_query
 from console.accounts.log_masking import QuietClientErrors
 from console.accounts.roles import Role
+from console.hosting.access_log import MaskedAccessLog, QueryMaskingFilter, mask_query
+from console.hosting.websocket_origin import origin_allowed
 from console.registry import services
 from console.registry.store import ModelStore
 from console.settings_parts import database_settings
-from console.websocket_origin import origin_allowed
 from tests.console.accounts.conftest import PASSWORD, make_user
 
 

@@ -11,8 +11,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from console.demo_models import DIGITS_CONFIG, digits_split, train_digits_onnx
-from console.demo_pipeline import digit_image, png_bytes, write_pipeline
+from console.demo.pipeline import digit_image, png_bytes, write_pipeline
+from console.demo.repository import DIGITS_CONFIG, digits_split, train_digits_onnx
 from tests.engine.frontend.server_process import free_port, running_server
 
 pytestmark = pytest.mark.server

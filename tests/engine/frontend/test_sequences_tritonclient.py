@@ -15,7 +15,7 @@ import tritonclient.http as httpclient
 import tritonclient.http.aio as aioclient
 from tritonclient.utils import InferenceServerException
 
-from console.demo_sequences import SIMPLE_SEQUENCE_ONNX_CONFIG, accumulator_onnx_bytes, write_sequence_models
+from console.demo.sequences import SIMPLE_SEQUENCE_ONNX_CONFIG, accumulator_onnx_bytes, write_sequence_models
 from tests.engine.frontend.server_process import free_port, running_server
 
 pytestmark = pytest.mark.server

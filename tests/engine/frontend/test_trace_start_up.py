@@ -286,8 +286,8 @@ def test_serve_takes_tritons_trace_config_flags(tmp_path):
 def test_serve_passes_its_trace_config_flags_to_each_worker(monkeypatch, tmp_path):
     from types import SimpleNamespace
 
-    from console import workers
     from console.config import read_settings
+    from console.hosting import workers
 
     started: list[list[str]] = []
     monkeypatch.setattr(workers, "check_port_free", lambda host, port: None)

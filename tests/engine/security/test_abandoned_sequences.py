@@ -25,7 +25,7 @@ import tritonclient.http as httpclient
 from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
-from console.demo_sequences import SIMPLE_SEQUENCE_ONNX_CONFIG, accumulator_onnx_bytes
+from console.demo.sequences import SIMPLE_SEQUENCE_ONNX_CONFIG, accumulator_onnx_bytes
 from engine.config import InstanceGroup, SequenceBatching
 from engine.errors import InvalidArgument
 from engine.lifecycle import ModelManager

@@ -1,0 +1,1 @@
+"""The seeded demo models: the demo repository, its ensemble pipeline, sequence models and text generator."""

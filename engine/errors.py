@@ -114,3 +114,23 @@ class DecoupledOnly(InferaError):
     """A decoupled model asked for exactly one response (HTTP /infer, gRPC ModelInfer): Triton's UNSUPPORTED, 400."""
 
     status = 400
+
+
+class IncompatibleVersion(InvalidArgument):
+    """A traffic policy's version whose inputs or outputs differ from the active version's (HTTP 400).
+
+    `tensor` names the input or output that differs (`kind` says which), `version` the candidate and `active` the
+    version it was compared with; `difference` says what differs in the client's words.
+    """
+
+    def __init__(self, model: str, version: int, active: int, kind: str, tensor: str, difference: str) -> None:
+        self.model = model
+        self.version = version
+        self.active = active
+        self.kind = kind
+        self.tensor = tensor
+        self.difference = difference
+        super().__init__(
+            f"traffic policy of model '{model}': version {version} does not take the requests of the active "
+            f"version {active}: {kind} '{tensor}' {difference}"
+        )

@@ -6,8 +6,7 @@ import asyncio
 import logging
 import shutil
 import tempfile
-import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from pathlib import Path, PurePosixPath
 
 from engine import __version__, admission
@@ -17,7 +16,7 @@ from engine.config_format import config_to_dict, load_json, parse_config_json
 from engine.custom_metrics import CustomMetrics
 from engine.devices import gpu_count
 from engine.ensemble import EnsemblePlan, step_models
-from engine.errors import DecoupledOnly, Forbidden, InferaError, InvalidArgument, LoadError, ModelNotFound
+from engine.errors import Forbidden, InferaError, InvalidArgument, LoadError, ModelNotFound
 from engine.lifecycle import ModelManager, ModelState, ModelStatus, ServedVersion, VersionStatus
 from engine.log_settings import LogSettings
 from engine.model_services import ModelServices
@@ -25,9 +24,10 @@ from engine.names import check_model_name, normalise_files
 from engine.repository import ModelRepository, complete_config, resolve_config, select_versions
 from engine.settings import EngineSettings
 from engine.shared_memory import SharedMemoryRegistry
-from engine.streams import ResponseStream, StreamTimes
+from engine.streams import ResponseStream
 from engine.tracing import Tracer
 from engine.traffic import TrafficPolicy, TrafficState, check_policy, policy_from_dict
+from engine.traffic_router import RequestKey, RollbackListener, Routable, TrafficRouter, VersionRoute
 from engine.types import InferenceRequest, InferenceResponse
 
 log = logging.getLogger("infera.engine")
@@ -83,11 +83,8 @@ class InferenceServer:
         self._held = False  # started but kept not ready until set_ready()
         self._draining = False
         self._sent_files: dict[str, Path] = {}  # models loaded from files sent with a load: their temporary roots
-        self.traffic: dict[str, TrafficState] = {}  # models under a canary or shadow policy
-        self._shadow_tasks: set[asyncio.Task] = set()
-        # called as (model, the policy that was rolled back, why) when a guard rolls a policy back
-        self.on_traffic_rollback: Callable[[str, TrafficPolicy, str], None] | None = None
-        self.manager.keeps_versions = self._policy_keeps
+        self.router = TrafficRouter(self.manager)  # each request's version, and the traffic policies in force
+        self.manager.keeps_versions = self.router.keeps
 
     async def start(self, load_models: bool = True, *, ready: bool = True) -> None:
         """Start serving; with `load_models`, load every model in the repository (failures are logged).
@@ -153,8 +150,7 @@ class InferenceServer:
         await stopping
 
     async def _stop(self) -> None:
-        if self._shadow_tasks:
-            await asyncio.wait(list(self._shadow_tasks))
+        await self.router.wait_for_shadows()
         await self.manager.stop()
         self.shared_memory.close()
         for path in self._sent_files.values():
@@ -412,7 +408,7 @@ class InferenceServer:
         if not caller.may_change_models:
             raise Forbidden(f"'{caller.name}' may not unload models ('{name}')")
         await self.manager.unload(name)
-        self.traffic.pop(name, None)
+        self.router.forget(name)
         sent = self._forget_sent_files(name)
         if sent or self.repository is None or name not in self.repository.model_names():
             self.manager.forget(name)  # nothing to show in the index: no folder in the repository
@@ -494,160 +490,49 @@ class InferenceServer:
             served = [self.manager.get(name, version)]
         return {"model_stats": [s.stats.to_dict() for s in served]}
 
-    async def infer_stream(self, request: InferenceRequest) -> ResponseStream:
+    def route(self, request: Routable) -> VersionRoute:
+        """The one version `request` runs on (see engine.traffic_router): a front end asks before it decodes."""
+        return self.router.route(request)
+
+    def infer(self, request: InferenceRequest, route: VersionRoute | None = None) -> Awaitable[InferenceResponse]:
+        """The response to `request`, on `route` (routed here when the caller has not: model code, ensembles)."""
+        return self.router.infer(route if route is not None else self.router.route(request), request)
+
+    async def infer_stream(self, request: InferenceRequest, route: VersionRoute | None = None) -> ResponseStream:
         """Run a request whose responses are read as a stream: a decoupled model's (any number, sent as the model
-        makes them), or any other model's (exactly one). Requests that name no version go to the served one."""
-        served = self.manager.route(request)
-        if not served.config.decoupled:
-            response = await self.infer(request)
-            stream = ResponseStream(started_ns=request.arrival_ns or None)
-            stream.model_version = response.model_version
-            stream.send(response.outputs, final=True)
-            return stream
-        state = self.traffic.get(request.model_name)
-        candidate = None
-        if state is not None and state.policy.mode == "canary" and _routed(state, request):
-            candidate = self._canary_candidate(state, request, served.version)
-        stream = request.stream = ResponseStream(started_ns=request.arrival_ns or None)
-        if candidate is None:
-            stream.model_version = served.version
-            await served.infer(request)
-            return stream
-        stream.model_version = candidate.version
-        try:
-            await candidate.infer(request)
-        except InferaError:
-            self._guard(state, request.model_name, failed=True, seconds=0.0)
-            raise
-        stream.when_final(lambda times: self._guard_stream(state, request.model_name, times))
-        return stream
-
-    def _canary_candidate(self, state: TrafficState, request: InferenceRequest, active: int) -> ServedVersion | None:
-        """The version a canary sends a request that names no version to, when it is not the active one."""
-        version = state.router.choose(request.parameters, active)
-        if version == active or not self.model_ready(request.model_name, version):
-            return None
-        return self.manager.get(request.model_name, version)
-
-    def _guard_stream(self, state: TrafficState, model: str, times: StreamTimes) -> None:
-        """A canary's stream has ended: failed when its last response was an error (not a client that left), its
-        latency the time to its first response (a stream's length is the client's, not the version's)."""
-        first = times.first_response_ns
-        seconds = (first if first is not None else times.ended_ns - times.started_ns) / 1e9
-        self._guard(state, model, failed=times.failed and not times.cancelled, seconds=seconds)
-
-    def infer(self, request: InferenceRequest) -> Awaitable[InferenceResponse]:
-        """The response to `request`, awaited. Without a traffic policy this hands back the version's own coroutine
-        (one coroutine frame less a request); a request no version can take raises at once."""
-        state = self.traffic.get(request.model_name)
-        if state is None or not _routed(state, request):  # no call on the hot path without a policy
-            served = self.manager.route(request)
-            if served.config.decoupled and request.stream is None:
-                raise _decoupled_only(request.model_name)
-            return served.infer(request)
-        return self._infer_routed(state, request)
-
-    async def _infer_routed(self, state: TrafficState, request: InferenceRequest) -> InferenceResponse:
-        """A request under a canary or shadow policy."""
-        active = self.manager.get(request.model_name)
-        if active.config.decoupled:
-            raise _decoupled_only(request.model_name)
-        if state.policy.mode == "canary":
-            candidate = self._canary_candidate(state, request, active.version)
-            if candidate is None:
-                return await active.infer(request)
-            return await self._on_candidate(state, request, candidate)
-        response = await active.infer(request)
-        target = state.router.shadow_target()
-        if target is not None and self.model_ready(request.model_name, target):
-            task = asyncio.get_running_loop().create_task(self._shadow(state, request, response, target))
-            self._shadow_tasks.add(task)
-            task.add_done_callback(self._shadow_tasks.discard)
-        return response
-
-    async def _on_candidate(self, state: TrafficState, request: InferenceRequest, served: ServedVersion):
-        """A canary request on the candidate: timed, so the guard can roll the policy back."""
-        started = time.monotonic()
-        try:
-            response = await served.infer(request)
-        except InferaError:
-            self._guard(state, request.model_name, failed=True, seconds=time.monotonic() - started)
-            raise
-        self._guard(state, request.model_name, failed=False, seconds=time.monotonic() - started)
-        return response
-
-    async def _shadow(
-        self, state: TrafficState, request: InferenceRequest, answered: InferenceResponse, target: int
-    ) -> None:
-        """Run a copy of an answered request on the shadow candidate and compare; its answer goes nowhere."""
-        copy = InferenceRequest(
-            model_name=request.model_name,
-            inputs=request.inputs,
-            model_version=target,
-            parameters=dict(request.parameters),
-            batch_size=request.batch_size,
-            protocol="shadow",
-        )
-        started = time.monotonic()
-        try:
-            candidate = await self.manager.get(request.model_name, target).infer(copy)
-        except InferaError:
-            state.comparison.failed()
-            self._guard(state, request.model_name, failed=True, seconds=time.monotonic() - started)
-            return
-        self._guard(state, request.model_name, failed=False, seconds=time.monotonic() - started)
-        state.comparison.compare(request.inputs, answered.outputs, candidate.outputs)
-
-    def _guard(self, state: TrafficState, model: str, *, failed: bool, seconds: float) -> None:
-        reason = state.guard.record(failed, seconds) if state.guard is not None else None
-        if reason is None or self.traffic.get(model) is not state:
-            return
-        log.warning("model '%s': traffic policy rolled back to the active version: %s", model, reason)
-        rolled = TrafficState.of(TrafficPolicy())
-        rolled.rolled_back = reason
-        rolled.comparison = state.comparison
-        self.traffic[model] = rolled
-        if self.on_traffic_rollback is not None:
-            self.on_traffic_rollback(model, state.policy, reason)
+        makes them), or any other model's (exactly one), on `route` (routed here when the caller has not)."""
+        return await self.router.infer_stream(route if route is not None else self.router.route(request), request)
 
     # ---- traffic policies
 
+    @property
+    def traffic(self) -> dict[str, TrafficState]:
+        """The models under a canary or shadow policy, and their policies' states."""
+        return self.router.policies
+
+    @property
+    def _shadow_tasks(self) -> set[asyncio.Task]:
+        return self.router.shadow_tasks
+
+    @property
+    def on_traffic_rollback(self) -> RollbackListener | None:
+        """Called as (model, the policy that was rolled back, why) when a guard rolls a policy back."""
+        return self.router.on_rollback
+
+    @on_traffic_rollback.setter
+    def on_traffic_rollback(self, listener: RollbackListener | None) -> None:
+        self.router.on_rollback = listener
+
     def set_traffic_policy(self, name: str, policy: TrafficPolicy, *, caller: Principal = SYSTEM) -> None:
-        """Put a traffic policy in force for `name` (InvalidArgument when its versions are not READY)."""
+        """Put a traffic policy in force for `name` (InvalidArgument when its versions are not READY,
+        IncompatibleVersion when one takes other inputs or gives other outputs than the active version)."""
         if not caller.may_change_models:
             raise Forbidden(f"'{caller.name}' may not change the traffic of model '{name}'")
-        status = self.status(name)
-        if not status.versions:
-            raise ModelNotFound(f"Request for unknown model: '{name}' is not found")
-        check_policy(name, policy, set(status.ready), status.active, decoupled=self._decoupled(name))
-        if policy.mode == "active":
-            self.traffic.pop(name, None)
-        else:
-            self.traffic[name] = TrafficState.of(policy)
-
-    def _decoupled(self, name: str) -> bool:
-        """Whether the version serving `name` is decoupled (False when none serves)."""
-        try:
-            return self.manager.get(name).config.decoupled
-        except InferaError:
-            return False
+        self.router.set_policy(name, policy)
 
     def traffic_status(self, name: str) -> dict:
         """The policy in force for `name`, the shadow comparison, and the last automatic rollback."""
-        state = self.traffic.get(name)
-        return state.to_dict() if state is not None else TrafficState.of(TrafficPolicy()).to_dict()
-
-    def _policy_keeps(self, name: str, versions: set[int]) -> None:
-        """Refuse to retire a version that the model's traffic policy still sends requests to."""
-        state = self.traffic.get(name)
-        if state is None:
-            return
-        gone = sorted(state.policy.versions() - versions)
-        if gone:
-            raise InvalidArgument(
-                f"version {gone[0]} of model '{name}' is in its {state.policy.mode} traffic policy; "
-                "change the policy before unloading it"
-            )
+        return self.router.status(name)
 
 
 def _gpus(count: int | None) -> int:
@@ -679,22 +564,11 @@ __all__ = [
     "ModelState",
     "ModelStatus",
     "Principal",
+    "RequestKey",
+    "VersionRoute",
     "SYSTEM",
     "TrafficPolicy",
     "VersionStatus",
     "check_policy",
     "policy_from_dict",
 ]
-
-
-def _decoupled_only(model: str) -> DecoupledOnly:
-    return DecoupledOnly(
-        f"model '{model}' is decoupled (it sends any number of responses per request): call it through "
-        f"POST /v2/models/{model}/generate_stream or gRPC ModelStreamInfer"
-    )
-
-
-def _routed(state: TrafficState, request: InferenceRequest) -> bool:
-    """Whether the model's traffic policy picks this request's version: one in force, and a request that names no
-    version outside a sequence (a sequence stays on one version: the active one)."""
-    return state.policy.mode != "active" and request.model_version is None and request.sequence_id in (0, "")

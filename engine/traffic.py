@@ -8,6 +8,9 @@ when the candidate's error rate or p99 latency over a window crosses a threshold
 
 A decoupled model's streams follow a canary too (the guard counts a stream that ends in an error as failed and times
 its first response, the stream's latency); a shadow is refused for them, having no one answer to compare.
+
+A policy's versions must take the active version's requests and give its answers: the same inputs and outputs
+(names, datatypes, and shapes as a client sees them, batch dimension included, where -1 matches any size).
 """
 
 from __future__ import annotations
@@ -18,12 +21,14 @@ import random
 import threading
 import time
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from engine.errors import InvalidArgument
+from engine.config import ModelConfig, TensorConfig
+from engine.errors import IncompatibleVersion, InvalidArgument
 
 MODES = ("active", "canary", "shadow")
 MAX_WEIGHT = 100.0  # a canary's weights are shares of 0 to 100 ({"1": 90, "2": 10}; {"1": 0.9, "2": 0.1} works too)
@@ -128,10 +133,17 @@ def _optional_float(value: Any) -> float | None:
 
 
 def check_policy(
-    model: str, policy: TrafficPolicy, ready: set[int], active: int | None, *, decoupled: bool = False
+    model: str,
+    policy: TrafficPolicy,
+    ready: set[int],
+    active: int | None,
+    *,
+    decoupled: bool = False,
+    configs: dict[int, ModelConfig] | None = None,
 ) -> None:
     """InvalidArgument when the policy cannot apply to the versions that are READY now (or, `decoupled`, to a model
-    that streams its responses: a canary splits streams, a shadow has no one answer to compare)."""
+    that streams its responses: a canary splits streams, a shadow has no one answer to compare); with the versions'
+    `configs`, IncompatibleVersion when one of its versions' inputs or outputs differ from the active version's."""
     prefix = f"traffic policy of model '{model}'"
     if policy.mode not in MODES:
         raise InvalidArgument(f"{prefix}: mode must be one of {', '.join(MODES)}, got '{policy.mode}'")
@@ -154,10 +166,46 @@ def check_policy(
     missing = sorted(policy.versions() - ready)
     if missing:
         raise InvalidArgument(f"{prefix}: version {missing[0]} is not READY")
+    if configs is not None and active in configs:
+        for version in sorted(policy.versions() - {active}):
+            if version in configs:
+                check_same_tensors(model, configs[active], active, configs[version], version)
 
 
-class TrafficRouter:
-    """Chooses versions under one policy; `rng` is injectable so tests decide against a fixed sequence."""
+def check_same_tensors(model: str, active: ModelConfig, number: int, candidate: ModelConfig, version: int) -> None:
+    """IncompatibleVersion naming the first input or output of `candidate` that differs from `active`'s."""
+    for kind, theirs, ours in (("input", active.input, candidate.input), ("output", active.output, candidate.output)):
+        mine = {tensor.name: tensor for tensor in ours}
+        for tensor in theirs:
+            other = mine.pop(tensor.name, None)
+            difference = _tensor_difference(active, tensor, candidate, other, number)
+            if difference is not None:
+                raise IncompatibleVersion(model, version, number, kind, tensor.name, difference)
+        for name in sorted(mine):
+            raise IncompatibleVersion(model, version, number, kind, name, f"is not one of version {number}'s")
+
+
+def _tensor_difference(
+    active: ModelConfig, expected: TensorConfig, candidate: ModelConfig, got: TensorConfig | None, number: int
+) -> str | None:
+    """What differs between a tensor of the active version and the candidate's of the same name, or None."""
+    if got is None:
+        return "is missing"
+    if got.datatype != expected.datatype:
+        return f"has datatype {got.datatype}, version {number}'s {expected.datatype}"
+    shape, wanted = client_shape(candidate, got), client_shape(active, expected)
+    if len(shape) != len(wanted) or any(a != b and -1 not in (a, b) for a, b in zip(shape, wanted, strict=True)):
+        return f"has shape {shape}, version {number}'s {wanted}"
+    return None
+
+
+def client_shape(config: ModelConfig, tensor: TensorConfig) -> list[int]:
+    """A tensor's shape as a client sees it: the batch dimension (-1) first when the model batches."""
+    return ([-1] if config.max_batch_size > 0 else []) + list(tensor.dims)
+
+
+class VersionDraw:
+    """Draws versions under one policy; `rng` is injectable so tests decide against a fixed sequence."""
 
     def __init__(self, policy: TrafficPolicy, rng: random.Random | None = None) -> None:
         self.policy = policy
@@ -171,7 +219,7 @@ class TrafficRouter:
             running += policy.weights[version] / total
             self._bounds.append(running)
 
-    def choose(self, parameters: dict[str, Any], active: int) -> int:
+    def choose(self, parameters: Mapping[str, Any], active: int) -> int:
         """The version an unversioned request goes to."""
         if self.policy.mode != "canary":
             return active
@@ -321,14 +369,14 @@ class TrafficState:
     """A model's policy in force, with what carries it out and what it has seen."""
 
     policy: TrafficPolicy
-    router: TrafficRouter
+    router: VersionDraw
     comparison: ShadowComparison = field(default_factory=ShadowComparison)
     guard: RollbackGuard | None = None
     rolled_back: str = ""  # why the guard last put the active version back
 
     @classmethod
     def of(cls, policy: TrafficPolicy, rng: random.Random | None = None) -> TrafficState:
-        return cls(policy, TrafficRouter(policy, rng), guard=RollbackGuard(policy))
+        return cls(policy, VersionDraw(policy, rng), guard=RollbackGuard(policy))
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -20,7 +20,7 @@ import orjson
 from engine.config import ModelConfig
 from engine.errors import BackendError, InferaError, InvalidArgument
 from engine.protocol import parse_json_object
-from engine.protocol.inference_request import request_from_document
+from engine.protocol.inference_request import ConfigChoice, request_from_document
 from engine.streams import ResponseStream, StreamedResponse
 from engine.types import InferenceRequest
 
@@ -46,10 +46,13 @@ class StreamReply:
 
 
 def generate_request(
-    body: bytes, config: ModelConfig, model: str, version: int | None, max_body_bytes: int
+    body: bytes, config: ModelConfig | ConfigChoice, model: str, version: int | None, max_body_bytes: int
 ) -> InferenceRequest:
-    """The inference request a generate body describes, checked against the model as /infer checks its own."""
+    """The inference request a generate body describes, checked against the model as /infer checks its own (a
+    ConfigChoice chooses the version's config from the body's parameters, its top-level keys among them)."""
     generate = parse_json_object(body)
+    if not isinstance(config, ModelConfig):
+        config = config(_routing_parameters(generate))
     inputs: list[dict[str, Any]] = []
     parameters: dict[str, Any] = {}
     document: dict[str, Any] = {"inputs": inputs, "parameters": parameters}
@@ -68,6 +71,15 @@ def generate_request(
         else:
             parameters[key] = _parameter(key, value)
     return request_from_document(document, memoryview(b""), config, model_name=model, model_version=version)
+
+
+def _routing_parameters(generate: dict[str, Any]) -> dict[str, Any]:
+    """The parameters a generate body may carry, before its config says which keys are inputs."""
+    parameters = {key: value for key, value in generate.items() if key not in ("id", "parameters")}
+    given = generate.get("parameters")
+    if isinstance(given, dict):
+        parameters.update(given)
+    return parameters
 
 
 def _parameter(name: str, value: Any) -> Any:

@@ -44,16 +44,17 @@ from engine.protocol.grpc_codec import (
     parameters_of,
     set_parameter,
 )
-from engine.server import EXTENSIONS
+from engine.server import EXTENSIONS, RequestKey, VersionRoute
 from engine.settings import GrpcSettings
 from engine.streams import ResponseStream
 from engine.types import InferenceRequest, InferenceResponse
 
 if TYPE_CHECKING:
-    from engine.lifecycle import ServedVersion
     from engine.server import InferenceServer
 
 log = logging.getLogger("infera.frontend")
+
+Decoded = tuple[VersionRoute, InferenceRequest, int]  # a message's route, its request, when it began (ns)
 
 Authenticate = Callable[[dict[str, Any]], Awaitable[Principal]]
 # requests whose raw contents are larger than this decode on a worker thread (as HTTP bodies do)
@@ -255,13 +256,14 @@ class GrpcFrontEnd:
     async def rpc_ModelInfer(self, request: Any, call: Call, response: type) -> Any:  # noqa: N802
         return await self._infer(request, call.principal)
 
-    async def _infer(self, message: Any, principal: Principal) -> Any:
-        served, request, started = await self._decoded(message, principal)
+    async def _infer(self, message: Any, principal: Principal, decoded: Decoded | None = None) -> Any:
+        route, request, started = decoded if decoded is not None else await self._decoded(message, principal)
+        served = route.served
         trace = request.trace = self.server.tracer.start(message.model_name, served.version)
         if trace is not None:
             trace.mark("REQUEST_START", started)
             trace.record_tensors("TENSOR_QUEUE_INPUT", request.inputs)
-        result = await self.server.infer(request)
+        result = await self.server.infer(request, route)
         batched = served.config.max_batch_size > 0
         regions = self.server.shared_memory.of(principal)  # the caller's own; large copies off the loop
         answer = await regions.run(
@@ -280,12 +282,14 @@ class GrpcFrontEnd:
             await self.server.tracer.finish(trace)
         return answer
 
-    async def _decoded(self, message: Any, principal: Principal) -> tuple[ServedVersion, InferenceRequest, int]:
-        """The request a message carries, checked against the served version's config (large ones off the loop);
-        shared memory it names is looked up among the caller's own regions."""
+    async def _decoded(self, message: Any, principal: Principal) -> Decoded:
+        """The request a message carries, routed once (by its parameters) and checked against its version's config
+        (large ones off the loop); shared memory it names is looked up among the caller's own regions."""
         started = time.monotonic_ns()
         version = parse_version(message.model_version)
-        served = self.server.get_model(message.model_name, version)
+        parameters = parameters_of(message.parameters) if message.parameters else None
+        route = self.server.route(RequestKey.of(message.model_name, version, parameters))
+        served = route.served
         regions = self.server.shared_memory.of(principal)
         decode = functools.partial(
             decode_grpc_request,
@@ -304,16 +308,22 @@ class GrpcFrontEnd:
             served.stats.record_failure(0, protocol="grpc")  # refused before queueing: a failed request (as Triton)
             raise
         request.protocol = "grpc"
-        return served, request, started
+        return route, request, started
 
     async def _stream(
-        self, message: Any, principal: Principal, put: Callable[[Any], Awaitable[None]], open_streams: set
+        self,
+        message: Any,
+        principal: Principal,
+        decoded: Decoded,
+        put: Callable[[Any], Awaitable[None]],
+        open_streams: set,
     ) -> None:
         """A decoupled model's request on a stream: each of its responses as it comes, marked final or not (the
         flags-only final only when the request asked for it with triton_enable_empty_final_response)."""
-        served, request, _ = await self._decoded(message, principal)
+        route, request, _ = decoded
+        served = route.served
         empty_final = bool(request.parameters.get("triton_enable_empty_final_response", False))
-        stream = await self.server.infer_stream(request)
+        stream = await self.server.infer_stream(request, route)
         open_streams.add(stream)
         try:
             async for response in stream:
@@ -359,10 +369,11 @@ class GrpcFrontEnd:
 
         async def answer(message: Any, caller: Hashable) -> None:
             try:
-                if self.server.get_model(message.model_name, parse_version(message.model_version)).config.decoupled:
-                    await self._stream(message, call.principal, queue.put, open_streams)
+                decoded = await self._decoded(message, call.principal)
+                if decoded[0].served.config.decoupled:
+                    await self._stream(message, call.principal, decoded, queue.put, open_streams)
                 else:
-                    result = await self._infer(message, call.principal)
+                    result = await self._infer(message, call.principal, decoded)
                     await queue.put(messages.ModelStreamInferResponse(infer_response=result))
             except InferaError as exc:
                 await queue.put(_stream_error(message, exc.message))

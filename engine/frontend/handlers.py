@@ -18,6 +18,7 @@ from engine.frontend.generate import StreamReply, answer_once, generate_request,
 from engine.frontend.routes import Route, parse_version
 from engine.names import check_model_name, normalise_files, sent_files
 from engine.protocol import (
+    ConfigChoice,
     choose_response_encoding,
     compress_body,
     decode_infer_request,
@@ -26,7 +27,7 @@ from engine.protocol import (
     parse_header_length,
     parse_json_object,
 )
-from engine.server import EXTENSIONS, InferenceServer, config_override
+from engine.server import EXTENSIONS, InferenceServer, RequestKey, VersionRoute, config_override
 from engine.shared_memory import CallerRegions, CopyOffLoop
 from engine.streams import ResponseStream
 from engine.types import InferenceRequest
@@ -127,8 +128,32 @@ def stats(server: InferenceServer, incoming: Incoming) -> Reply:
     return _json(server.statistics(route.model, parse_version(route.version)))
 
 
+class _Routing:
+    """A request's route, chosen by the server's traffic router once its body's parameters are read."""
+
+    __slots__ = ("route", "server", "model", "version")
+
+    def __init__(self, server: InferenceServer, model: str, version: int | None) -> None:
+        self.server = server
+        self.model = model
+        self.version = version
+        self.route: VersionRoute | None = None
+
+    def config_of(self, parameters: Any) -> ModelConfig:
+        """The config of the version the request runs on (a ConfigChoice for the decoder)."""
+        self.route = self.server.route(RequestKey.of(self.model, self.version, parameters))
+        return self.route.served.config
+
+    def refused(self, protocol: str = "http") -> None:
+        """A request refused before queueing is still a failed request (as Triton), of the version it was routed
+        to (one refused before it was routed, its body malformed, counts on the version it would have run on)."""
+        if self.route is None:
+            self.route = self.server.route(RequestKey(self.model, self.version))
+        self.route.served.stats.record_failure(0, protocol=protocol)
+
+
 def _decode(
-    incoming: Incoming, config: ModelConfig, version: int | None, shared_memory: CallerRegions
+    incoming: Incoming, config: ModelConfig | ConfigChoice, version: int | None, shared_memory: CallerRegions
 ) -> InferenceRequest:
     body = incoming.body
     if incoming.content_encoding is not None:
@@ -145,7 +170,8 @@ def _decode(
 
 
 async def infer(server: InferenceServer, incoming: Incoming) -> Reply:
-    """Decode against the served version's config, run the request, encode what the client asked for.
+    """Route the request once, decode it against its version's config, run it there, encode what the client asked
+    for.
 
     A large body is decoded on a worker thread, so one request's megabytes never stall the event loop (health
     probes, the console, every other model).
@@ -153,26 +179,29 @@ async def infer(server: InferenceServer, incoming: Incoming) -> Reply:
     started = time.monotonic_ns()
     route = incoming.route
     version = parse_version(route.version) if route.version is not None else None
-    served = server.get_model(route.model, version)
+    routing = _Routing(server, route.model, version)
     off_loop = len(incoming.body) > DECODE_ON_LOOP_BYTES or bool(incoming.content_encoding)
     # the caller's own shared memory regions, and no one else's
     regions = server.shared_memory.of(incoming.principal, on_loop=not off_loop)
     try:
         if off_loop:
-            request = await asyncio.to_thread(_decode, incoming, served.config, version, regions)
+            request = await asyncio.to_thread(_decode, incoming, routing.config_of, version, regions)
         else:
             try:
-                request = _decode(incoming, served.config, version, regions)
+                request = _decode(incoming, routing.config_of, version, regions)
             except CopyOffLoop:  # a small body naming more shared memory than the loop should copy
-                request = await asyncio.to_thread(_decode, incoming, served.config, version, regions)
+                config = routing.route.served.config if routing.route is not None else routing.config_of
+                request = await asyncio.to_thread(_decode, incoming, config, version, regions)
     except InferaError:
-        served.stats.record_failure(0)  # a request refused before queueing is still a failed request (as Triton)
+        routing.refused()
         raise
+    chosen: VersionRoute = routing.route  # a decoded request has been routed
+    served = chosen.served
     trace = request.trace = server.tracer.start(route.model, served.version)
     if trace is not None:
         trace.mark("REQUEST_START", started)
         trace.record_tensors("TENSOR_QUEUE_INPUT", request.inputs)
-    response = await server.infer(request)
+    response = await server.infer(request, chosen)
     batched = served.config.max_batch_size > 0
     regions.start_on_loop()
     try:
@@ -199,17 +228,18 @@ async def infer(server: InferenceServer, incoming: Incoming) -> Reply:
 
 
 async def _start_generate(server: InferenceServer, incoming: Incoming) -> tuple[InferenceRequest, ResponseStream]:
-    """Decode a generate body against the served version's config and start it; a refusal counts as a failure."""
+    """Route a generate body once, decode it against its version's config and start it there; a refusal counts as
+    a failure."""
     route = incoming.route
     version = parse_version(route.version)
-    served = server.get_model(route.model, version)
+    routing = _Routing(server, route.model, version)
     try:
         body = decompress_body(incoming.body, incoming.content_encoding, incoming.max_body_bytes)
-        request = generate_request(body, served.config, route.model, version, incoming.max_body_bytes)
+        request = generate_request(body, routing.config_of, route.model, version, incoming.max_body_bytes)
     except InferaError:
-        served.stats.record_failure(0)
+        routing.refused()
         raise
-    return request, await server.infer_stream(request)
+    return request, await server.infer_stream(request, routing.route)
 
 
 async def generate(server: InferenceServer, incoming: Incoming) -> Reply:

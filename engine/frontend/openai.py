@@ -37,6 +37,7 @@ from engine.frontend.openai_fields import OpenAIError
 from engine.llm.text import StopMatcher
 from engine.protocol import parse_json_object
 from engine.streams import ResponseStream
+from engine.traffic_router import RequestKey
 from engine.types import InferenceRequest
 
 if TYPE_CHECKING:
@@ -87,7 +88,8 @@ class Completion:
         if not isinstance(self.model, str) or not self.model:
             raise OpenAIError("'model' must name a model", param="model")
         try:
-            self.served: ServedVersion = server.get_model(self.model)
+            self.route = server.route(RequestKey(self.model))  # the one version it runs on, chosen once
+            self.served: ServedVersion = self.route.served
         except ModelNotFound:
             raise OpenAIError(f"The model '{self.model}' does not exist", 404, "not_found_error", "model") from None
         if not is_text_generator(self.served.config):
@@ -245,7 +247,7 @@ async def complete(server: InferenceServer, body: bytes, chat: bool) -> bytes | 
     """A completion: the whole answer as JSON, or (stream: true) a StreamReply of chunks ending in [DONE]."""
     completion = Completion(server, body, chat)
     try:
-        stream = await server.infer_stream(completion.request())
+        stream = await server.infer_stream(completion.request(), completion.route)
     except InferaError as exc:
         kind = "invalid_request_error" if exc.status < 500 else "server_error"
         raise OpenAIError(exc.message, exc.status, kind) from None

@@ -5,11 +5,17 @@ Pure functions over bytes, numpy and orjson, shared by the HTTP front end and an
 
 from engine.protocol.compression import choose_response_encoding, compress_body, decompress_body
 from engine.protocol.error_body import error_body
-from engine.protocol.inference_request import decode_infer_request, parse_header_length, parse_json_object
+from engine.protocol.inference_request import (
+    ConfigChoice,
+    decode_infer_request,
+    parse_header_length,
+    parse_json_object,
+)
 from engine.protocol.inference_response import encode_infer_response
 from engine.protocol.tensors import deserialize_bytes, serialize_bytes
 
 __all__ = [
+    "ConfigChoice",
     "choose_response_encoding",
     "compress_body",
     "decode_infer_request",

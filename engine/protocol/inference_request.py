@@ -7,6 +7,7 @@ TYPED (keys no JSON document can hold). From there one path checks and builds ev
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -24,6 +25,9 @@ if TYPE_CHECKING:
     from engine.shared_memory import CallerRegions, Region
 
 Body = bytes | bytearray | memoryview
+# a request's parameters (as sent, unchecked) -> the config of the version it runs on: a router's choice, made once
+# the body is parsed and before the request is checked against a config
+ConfigChoice = Callable[[Any], ModelConfig]
 
 
 class _Source:
@@ -45,30 +49,41 @@ TYPED = _Source("typed")  # (contents field name, its elements) (gRPC InferTenso
 def decode_infer_request(
     body: Body,
     header_length: int | None,
-    config: ModelConfig,
+    config: ModelConfig | ConfigChoice,
     *,
     model_name: str | None = None,
     model_version: int | None = None,
     shared_memory: CallerRegions | None = None,
 ) -> InferenceRequest:
-    """Parse and validate one infer request for the model `config` describes.
+    """Parse and validate one infer request for the model `config` describes (or, a ConfigChoice, for the version
+    it chooses from the request's parameters once the body is parsed).
 
     `header_length` is the `Inference-Header-Content-Length` value: the JSON header is that many bytes,
     binary tensor data follows. Every problem raises InvalidArgument with the client's vocabulary.
     """
     if header_length is None:  # JSON alone, as most requests come
         document, binary = parse_json_object(body), _NO_BINARY
+        config = chosen_config(config, document)
         request = plain_request(document, config, model_name or config.name, model_version)
         if request is not None:
             return request
     elif header_length == 0:
+        config = chosen_config(config, None)  # a raw body has no parameters
         document, binary = raw_body_document(memoryview(body), config)
     else:
         header, binary = split_body(memoryview(body), header_length)
         document = parse_json_object(header)
+        config = chosen_config(config, document)
     return request_from_document(
         document, binary, config, model_name=model_name, model_version=model_version, shared_memory=shared_memory
     )
+
+
+def chosen_config(config: ModelConfig | ConfigChoice, document: dict[str, Any] | None) -> ModelConfig:
+    """The config a request is checked against: `config`, or its choice from the parsed document's parameters."""
+    if isinstance(config, ModelConfig):
+        return config
+    return config(document.get("parameters") if document is not None else None)
 
 
 def raw_body_document(body: memoryview, config: ModelConfig) -> tuple[dict[str, Any], memoryview]:

@@ -18,7 +18,7 @@ from typing import Any
 
 from console.env import EnvError, env_bool, env_choice, env_int, env_list, env_path, env_str, env_url
 from console.forwarded import trusted_networks
-from engine.settings import EngineSettings, SettingError, read_engine_settings
+from engine.api import EngineSettings, SettingError, read_engine_settings
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATABASE_SCHEMES = ("sqlite", "postgres", "postgresql", "pgsql")

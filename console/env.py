@@ -12,7 +12,7 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
-from engine.settings import SettingError, parse_bool, read_text
+from engine.api import SettingError, parse_bool, read_text
 
 
 class EnvError(ImproperlyConfigured):

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from django.db import InterfaceError, OperationalError
 from redis.exceptions import TimeoutError as RedisReadTimeout
 
-from engine.errors import Unavailable
+from engine.api import Unavailable
 
 logger = logging.getLogger("console.outages")
 

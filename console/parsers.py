@@ -13,8 +13,7 @@ from django.conf import settings
 from rest_framework import parsers
 from rest_framework.exceptions import ParseError
 
-from engine.config_format import load_json
-from engine.errors import InvalidArgument
+from engine.api import InvalidArgument, load_json
 
 
 class JSONParser(parsers.JSONParser):

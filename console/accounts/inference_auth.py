@@ -31,9 +31,7 @@ from django.utils import timezone
 from console.accounts.principals import anonymous_principal, principal_for
 from console.accounts.tokens import TokenRefused, find_token, hash_key, key_from_authorization
 from console.outages import Outage, is_database_outage
-from engine.admission import Principal
-from engine.errors import Unavailable
-from engine.frontend.http import Unauthorized
+from engine.api import Principal, Unauthorized, Unavailable
 
 logger = logging.getLogger("console.accounts.inference_auth")
 

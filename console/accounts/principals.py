@@ -6,7 +6,7 @@ from typing import Any
 
 from console.accounts.permissions import can_manage_models, is_admin
 from console.accounts.roles import role_of
-from engine.admission import ANONYMOUS, Principal
+from engine.api import ANONYMOUS, Principal
 
 
 def principal_for(user: Any, token: Any = None) -> Principal:

@@ -12,18 +12,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING
 
 from channels.db import database_sync_to_async
 
 from console.analyzer import services
 from console.analyzer.models import AnalysisState
 from console.outages import Outage, is_database_outage
-from engine.analysis import LoadPoint, sweep
-from engine.errors import InferaError
-
-if TYPE_CHECKING:
-    from engine.server import InferenceServer
+from engine.api import InferaError, InferenceServer, LoadPoint, sweep
 
 logger = logging.getLogger("console.analyzer")
 

@@ -22,12 +22,19 @@ from console.analyzer.frontier import recommend
 from console.analyzer.models import OPEN_STATES, Analysis, AnalysisState
 from console.registry import services as registry
 from console.registry.models import AuditEvent, ModelVersion, RegisteredModel, VersionState
-from engine import admission
-from engine.admission import Principal
-from engine.analysis import Candidate, analysis_inputs, candidate_config, concurrency_levels, grid_candidates
-from engine.config_format import parse_config_json
-from engine.errors import CodeRefused, InferaError
-from engine.server import InferenceServer
+from engine.api import (
+    Candidate,
+    CodeRefused,
+    InferaError,
+    InferenceServer,
+    Principal,
+    analysis_inputs,
+    candidate_config,
+    check_code,
+    concurrency_levels,
+    grid_candidates,
+    parse_config_json,
+)
 
 MAX_CONFIGS = 8
 MAX_CONCURRENCY = 64
@@ -141,7 +148,7 @@ def _plan(name: str, version: ModelVersion, request: AnalysisRequest, caller: Pr
                 f"the grid makes {len(candidates)} configs, over the limit of {MAX_CONFIGS}: give fewer values"
             )
         for candidate in candidates:
-            admission.check_code(candidate_config(base, candidate, engine_settings.limits), caller, engine_settings)
+            check_code(candidate_config(base, candidate, engine_settings.limits), caller, engine_settings)
         analysis_inputs(base, request.sample_inputs)
     except CodeRefused as exc:
         raise registry.RegistryError(exc.message, 403) from None

@@ -18,7 +18,7 @@ from console.forwarded import ForwardedHeaders, trusted_networks
 from console.hosting.body_gate import BodyGate
 from console.hosting.runtime import RUNTIME_KEY, Runtime
 from console.peers.identity import ProcessIdentity
-from engine.frontend import Reply, Route
+from engine.api import Reply, Route
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

@@ -23,7 +23,7 @@ from console.hosting import body_gate
 from console.hosting.composition import is_engine_path
 from console.hosting.read_deadlines import ReadClock, timeout_answer
 from console.hosting.shutdown import GOING_AWAY, Connections
-from engine.settings import HttpSettings
+from engine.api import HttpSettings
 
 logger = logging.getLogger("console.http")
 STATUS_TEXT = {401: b"Unauthorized", 403: b"Forbidden", 413: b"Payload Too Large"}

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from engine.settings import HttpSettings
+from engine.api import HttpSettings
 
 
 class BodyClock:

@@ -45,13 +45,7 @@ from console.peers.layer import LocalPeerLayer
 from console.registry.reconciler import Reconciler
 from console.registry.store import ModelStore
 from console.registry.v2_hooks import RegistryRepositoryControl
-from engine.frontend import V2App
-from engine.frontend.grpc_server import GrpcFrontEnd
-from engine.frontend.lifespan import ServiceLifespan
-from engine.frontend.openai import OpenAIApp
-from engine.monitoring.prometheus import MetricsApp
-from engine.monitoring.sampler import MetricsSampler
-from engine.server import InferenceServer
+from engine.api import GrpcFrontEnd, InferenceServer, MetricsApp, MetricsSampler, OpenAIApp, ServiceLifespan, V2App
 
 logger = logging.getLogger("console.runtime")
 

@@ -16,8 +16,7 @@ from typing import Any
 from console.hosting.coalesced_writes import CoalescedWrites
 from console.hosting.read_deadlines import ReadClock, timeout_answer
 from console.hosting.shutdown import Connections
-from engine.frontend.direct_http import DirectCycle, DirectRequestsProtocol, DirectResponder
-from engine.settings import HttpSettings
+from engine.api import DirectCycle, DirectRequestsProtocol, DirectResponder, HttpSettings
 
 logger = logging.getLogger("console.http")
 

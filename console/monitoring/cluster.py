@@ -35,9 +35,15 @@ from console.config import REPLICA_NAME
 from console.layer_tasks import end_task
 from console.outages import Outage, is_idle_wait
 from console.peers.identity import ProcessIdentity
-from engine.monitoring.merge import check_snapshot, merge_figures, merge_snapshots
-from engine.monitoring.prometheus import check_families
-from engine.monitoring.sampler import BACKLOG_SECONDS, MetricsSampler, Snapshot
+from engine.api import (
+    BACKLOG_SECONDS,
+    MetricsSampler,
+    Snapshot,
+    check_families,
+    check_snapshot,
+    merge_figures,
+    merge_snapshots,
+)
 
 logger = logging.getLogger("console.monitoring")
 

@@ -24,8 +24,7 @@ from console.layer_tasks import EndingReceives
 from console.monitoring.cluster import ClusterView
 from console.monitoring.live import group_name
 from console.monitoring.pipelines import Selection, model_choices
-from engine.monitoring.sampler import BACKLOG_SECONDS
-from engine.server import InferenceServer
+from engine.api import BACKLOG_SECONDS, InferenceServer
 
 DEFAULT_WINDOW_S = 300
 CLOSE_UNAUTHENTICATED = 4401

@@ -19,7 +19,7 @@ from channels.layers import InMemoryChannelLayer, get_channel_layer
 from console.monitoring.cluster import CLUSTER_GROUP, ClusterView, cluster_message
 from console.outages import Outage
 from console.peers.layer import process_group
-from engine.monitoring.sampler import Snapshot
+from engine.api import Snapshot
 
 GROUP = process_group("metrics")
 MESSAGE_TYPE = "metrics.snapshot"

@@ -18,9 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from console.registry.pipeline import SERVED, Step, is_ensemble, steps_of
-from engine.errors import InferaError
-from engine.monitoring.sampler import Snapshot, narrow
-from engine.server import InferenceServer
+from engine.api import InferaError, InferenceServer, Snapshot, narrow
 
 ENSEMBLE_PROTOCOL = "ensemble"  # how the engine's ensemble scheduler marks the requests its steps send
 RATES = ("success_per_s", "failure_per_s", "inferences_per_s")

@@ -33,7 +33,7 @@ from console.registry.serializers import (
     VersionUploadSerializer,
 )
 from console.registry.uploads import max_upload_bytes, too_large
-from engine.server import InferenceServer
+from engine.api import InferenceServer
 
 # room for the multipart framing, the notes and a config beside the file itself
 MULTIPART_SLACK_BYTES = 2 * 1024 * 1024

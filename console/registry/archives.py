@@ -19,8 +19,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO
 
 from console.outages import is_storage_full
-from engine.admission import MODEL_FILES
-from engine.config_format import CONFIG_FILES
+from engine.api import CONFIG_FILES, MODEL_FILES
 
 ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz", ".tar")
 MODEL_AND_CONFIG_FILES = frozenset((*MODEL_FILES, *CONFIG_FILES))

@@ -21,17 +21,19 @@ from django.db import transaction
 from console.registry import ensemble_graph, services
 from console.registry.models import AuditEvent, ModelVersion, RegisteredModel
 from console.registry.store import get_store
-from engine.admission import Admissible
-from engine.config import ModelConfig
-from engine.config_format import (
+from engine.api import (
+    Admissible,
+    CodeRefused,
+    InferaError,
+    InferenceServer,
+    InvalidArgument,
+    ModelConfig,
     config_to_dict,
     config_to_pbtxt,
     parse_config_json,
     parse_config_pbtxt,
     replacing_override,
 )
-from engine.errors import CodeRefused, InferaError, InvalidArgument
-from engine.server import InferenceServer
 
 FORMATS = ("pbtxt", "json")
 NEW_VERSION_NOTES = "config edited in the console"

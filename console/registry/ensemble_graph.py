@@ -13,10 +13,7 @@ from django.db.models import Q
 
 from console.registry import pipeline
 from console.registry.models import ModelVersion
-from engine import admission
-from engine.config import ModelConfig
-from engine.config_format import config_to_dict
-from engine.errors import InvalidArgument
+from engine.api import InvalidArgument, ModelConfig, check_ensemble_cycle, config_to_dict
 
 
 def registered_calls() -> dict[str, set[str]]:
@@ -45,7 +42,7 @@ def cycle_problem(
             steps = pipeline.steps_of(config_to_dict(config))
             calls.setdefault(other, set()).update(step.model_name for step in steps)
     try:
-        admission.check_ensemble_cycle(name, wanted, lambda model: calls.get(model, ()))
+        check_ensemble_cycle(name, wanted, lambda model: calls.get(model, ()))
     except InvalidArgument as exc:
         return exc.message
     return None

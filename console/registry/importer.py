@@ -20,10 +20,15 @@ from django.db import transaction
 from console.registry import ensemble_graph, services
 from console.registry.models import ModelVersion, RegisteredModel, VersionState, actor_user, model_name_validator
 from console.registry.store import ModelStore, folder_digest, get_store
-from engine.admission import RepositoryModel, effective_config, read_repository
-from engine.config import ModelConfig
-from engine.config_format import CONFIG_FILES, config_to_dict
-from engine.errors import InferaError
+from engine.api import (
+    CONFIG_FILES,
+    InferaError,
+    ModelConfig,
+    RepositoryModel,
+    config_to_dict,
+    effective_config,
+    read_repository,
+)
 
 
 @dataclass

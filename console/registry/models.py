@@ -9,8 +9,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
 
-from engine.admission import Principal
-from engine.names import MODEL_NAME_RULE, model_name_problem
+from engine.api import MODEL_NAME_RULE, Principal, model_name_problem
 
 __all__ = [
     "MODEL_NAME_RULE",

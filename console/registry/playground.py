@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from engine.frontend.openai import TEXT_INPUT, TEXT_OUTPUT
+from engine.api import TEXT_INPUT, TEXT_OUTPUT
 
 
 def generates_text(config: Mapping[str, Any] | None) -> bool:

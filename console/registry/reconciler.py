@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING
 
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
@@ -25,12 +24,7 @@ from console.layer_tasks import end_task
 from console.outages import Outage, is_database_outage, is_idle_wait, is_transaction_conflict
 from console.registry.desired import ModelPlan, mark_loading, read_plans, record_outcome
 from console.registry.services import CHANGED, GROUP, record_automatic_rollback
-from engine.config_format import parse_config_json
-from engine.errors import InferaError, LoadError
-from engine.server import TrafficPolicy, policy_from_dict
-
-if TYPE_CHECKING:
-    from engine.server import InferenceServer
+from engine.api import InferaError, InferenceServer, LoadError, TrafficPolicy, parse_config_json, policy_from_dict
 
 logger = logging.getLogger("console.registry.reconciler")
 

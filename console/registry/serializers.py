@@ -13,7 +13,7 @@ from console.cluster.serializers import ClusterSerializer, ReplicaStateSerialize
 from console.registry.engine_status import EngineStatus
 from console.registry.models import MODEL_NAME_RULE, AuditEvent, ModelVersion, RegisteredModel, model_name_validator
 from console.registry.uploads import UploadRejected, parse_config_text
-from engine.config import ModelConfig
+from engine.api import ModelConfig
 
 
 class VersionSerializer(serializers.ModelSerializer):

@@ -36,12 +36,21 @@ from console.registry.models import (
     model_name_validator,
 )
 from console.registry.store import get_store
-from engine.admission import SYSTEM, Admissible, Principal
-from engine.config import ModelConfig
-from engine.config_format import config_to_dict, merge_config, parse_config_json
-from engine.errors import CodeRefused, InferaError
-from engine.server import InferenceServer, TrafficPolicy, policy_from_dict
-from engine.server import check_policy as check_traffic_policy
+from engine.api import (
+    SYSTEM,
+    Admissible,
+    CodeRefused,
+    InferaError,
+    InferenceServer,
+    ModelConfig,
+    Principal,
+    TrafficPolicy,
+    check_traffic_policy,
+    config_to_dict,
+    merge_config,
+    parse_config_json,
+    policy_from_dict,
+)
 
 logger = logging.getLogger("console.registry")
 

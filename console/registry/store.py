@@ -18,9 +18,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from engine.admission import version_folders
-from engine.config import ModelConfig
-from engine.config_format import CONFIG_FILES, config_to_pbtxt, read_config_file
+from engine.api import CONFIG_FILES, ModelConfig, config_to_pbtxt, read_config_file, version_folders
 
 STAGING = ".staging"
 TRASH = ".trash"

@@ -24,11 +24,17 @@ from django.core.files.uploadedfile import UploadedFile
 from console.registry import archives
 from console.registry.pipeline import ENSEMBLE
 from console.registry.store import ModelStore, folder_digest
-from engine.admission import MODEL_FILES, holds_hf_folder
-from engine.config import ModelConfig
-from engine.config_format import CONFIG_FILES, load_json, parse_config_json, parse_config_pbtxt
-from engine.errors import InferaError
-from engine.names import model_name_problem
+from engine.api import (
+    CONFIG_FILES,
+    MODEL_FILES,
+    InferaError,
+    ModelConfig,
+    holds_hf_folder,
+    load_json,
+    model_name_problem,
+    parse_config_json,
+    parse_config_pbtxt,
+)
 
 # a single uploaded model file, by suffix -> the name it takes in the version folder
 MODEL_FILES_BY_SUFFIX = {Path(name).suffix: name for name in MODEL_FILES}

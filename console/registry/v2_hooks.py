@@ -17,12 +17,10 @@ from channels.db import database_sync_to_async
 
 from console.outages import database_needed
 from console.registry import services
-from engine.admission import Principal
-from engine.errors import Forbidden, InferaError, InvalidArgument, LoadError
+from engine.api import Forbidden, InferaError, InferenceServer, InvalidArgument, LoadError, Principal
 
 if TYPE_CHECKING:
     from console.registry.reconciler import Reconciler
-    from engine.server import InferenceServer
 
 
 class StoreFull(InferaError):

@@ -23,7 +23,7 @@ from console.env import env_int, env_str
 from console.hosting.startup import MigrationsMissing, start_up_lock, wait_for_migrations
 from console.hosting.workers import die_with_supervisor, run_workers
 from console.peers.identity import ProcessIdentity
-from engine.settings import SettingError, read_trace_start_up
+from engine.api import SettingError, read_trace_start_up
 
 
 class Command(BaseCommand):

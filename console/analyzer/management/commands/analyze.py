@@ -21,9 +21,7 @@ from console.analyzer.models import OPEN_STATES, Analysis, AnalysisState
 from console.analyzer.runner import AnalysisRunner
 from console.registry import services as registry
 from console.registry.store import get_store
-from engine.config_format import parse_config_json
-from engine.errors import InferaError
-from engine.server import InferenceServer
+from engine.api import InferaError, InferenceServer, parse_config_json
 
 ACTOR = "manage.py analyze"
 POLL_SECONDS = 0.5

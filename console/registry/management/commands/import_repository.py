@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from console.registry.importer import import_repository
-from engine.errors import InferaError
+from engine.api import InferaError
 
 
 class Command(BaseCommand):

@@ -10,7 +10,8 @@ metadata before its message is read (a refused call's message is never received,
 principal it found to the call's handler. Messages are limited to `max_message_bytes` after decompression (grpc
 core stops inflating there), parsed in the handler (a corrupt one answers INVALID_ARGUMENT), and each caller's
 calls in flight are counted (caller_limits.py). A stream re-checks its credential with every message, and stops
-reading while its client does not read its answers. Health checks and watchers: grpc_health_service.py.
+reading while its client does not read its answers. Health checks and watchers: grpc_health_service.py; the
+repository, shared memory, trace and log calls: grpc_management.py.
 """
 
 from __future__ import annotations
@@ -26,21 +27,19 @@ import grpc
 from google.protobuf import descriptor_pb2, json_format
 from grpc_health.v1 import health_pb2
 
-from engine.admission import ANONYMOUS, Principal, may_not_change
+from engine.admission import ANONYMOUS, Principal
 from engine.config_format import config_to_dict
-from engine.errors import InferaError, InvalidArgument, Unauthorized
-from engine.frontend import extensions
+from engine.errors import InferaError, Unauthorized
 from engine.frontend.caller_limits import CallerLimits, caller_key
 from engine.frontend.grpc_calls import Binder, Call, CallGate, parsed, parsed_stream, peer_host, refusal, status_code
 from engine.frontend.grpc_health_service import HEALTH_METHODS, HEALTH_SERVICE, HealthService
-from engine.frontend.handlers import RepositoryControl
+from engine.frontend.grpc_management import ManagementCalls
+from engine.frontend.repository_load import RepositoryControl
 from engine.frontend.routes import parse_version
-from engine.names import check_model_name, normalise_files, sent_files
 from engine.proto import grpc_messages as messages
 from engine.protocol.grpc_codec import (
     decode_grpc_request,
     encode_grpc_response,
-    parameter_value,
     parameters_of,
     set_parameter,
 )
@@ -69,7 +68,7 @@ COMPRESSION = {
 }
 
 
-class GrpcFrontEnd:
+class GrpcFrontEnd(ManagementCalls):
     """The gRPC server of one InferenceServer: start it on the running loop, stop it gracefully."""
 
     def __init__(
@@ -419,116 +418,12 @@ class GrpcFrontEnd:
             for stream in list(open_streams):  # the client went away: its models stop generating
                 stream.cancel()
 
-    # ---- the model repository
-
-    async def rpc_RepositoryIndex(self, request: Any, call: Call, response: type) -> Any:  # noqa: N802
-        rows = self.server.repository_index(ready_only=request.ready)
-        return json_format.ParseDict({"models": rows}, response(), ignore_unknown_fields=True)
-
-    async def rpc_RepositoryModelLoad(self, request: Any, call: Call, response: type) -> Any:  # noqa: N802
-        name = check_model_name(request.model_name)
-        self._check_may_change(call.principal, name)
-        parameters = parameters_of(request.parameters)
-        config = parameters.get("config")
-        if "config" in parameters and not isinstance(config, str):
-            raise InvalidArgument(f"failed to load '{name}': parameter 'config' must be a JSON string")
-        try:
-            files = sent_files(parameters)
-            normalised = normalise_files(files) if files else None
-        except InvalidArgument as exc:
-            raise InvalidArgument(f"failed to load '{name}': {exc.message}") from None
-        control = self.repository_control
-        if control is not None:
-            from engine.server import config_override
-
-            if await control.load(name, config=config_override(name, config), files=normalised, caller=call.principal):
-                return response()
-        await self.server.load_model(name, config=config, files=files or None, caller=call.principal)
-        return response()
-
-    async def rpc_RepositoryModelUnload(self, request: Any, call: Call, response: type) -> Any:  # noqa: N802
-        name = check_model_name(request.model_name)
-        self._check_may_change(call.principal, name)
-        control = self.repository_control
-        if control is not None and await control.unload(name, caller=call.principal):
-            return response()
-        await self.server.unload_model(name, caller=call.principal)
-        return response()
-
-    def _check_may_change(self, principal: Principal, name: str) -> None:
-        if not principal.may_change_models:
-            raise may_not_change(principal, name)
-
-    # ---- shared memory, trace, logging (engine/frontend/extensions.py answers HTTP the same way)
-
-    async def rpc_SystemSharedMemoryStatus(self, request: Any, call: Call, response: type) -> Any:  # noqa: N802
-        regions = extensions.shared_memory_status(self.server, "system", request.name or None, call.principal)
-        return _regions(response, regions)
-
-    async def rpc_SystemSharedMemoryRegister(self, request: Any, call: Call, response: type) -> Any:  # noqa: N802
-        details = {"key": request.key, "offset": request.offset, "byte_size": request.byte_size}
-        extensions.register_shared_memory(self.server, "system", request.name, details, call.principal)
-        return response()
-
-    async def rpc_SystemSharedMemoryUnregister(self, request: Any, call: Call, response: type) -> Any:  # noqa: N802
-        extensions.unregister_shared_memory(self.server, "system", request.name or None, call.principal)
-        return response()
-
-    async def rpc_CudaSharedMemoryStatus(self, request: Any, call: Call, response: type) -> Any:  # noqa: N802
-        regions = extensions.shared_memory_status(self.server, "cuda", request.name or None, call.principal)
-        return _regions(response, regions)
-
-    async def rpc_CudaSharedMemoryRegister(self, request: Any, call: Call, response: type) -> Any:  # noqa: N802
-        extensions.register_shared_memory(self.server, "cuda", request.name, {}, call.principal)
-        return response()
-
-    async def rpc_CudaSharedMemoryUnregister(self, request: Any, call: Call, response: type) -> Any:  # noqa: N802
-        extensions.unregister_shared_memory(self.server, "cuda", request.name or None, call.principal)
-        return response()
-
-    async def rpc_TraceSetting(self, request: Any, call: Call, response: type) -> Any:  # noqa: N802
-        model = request.model_name or None
-        # an empty value list clears a setting (a model's own setting, or back to the default)
-        changes = {key: (list(value.value) or None) for key, value in request.settings.items()}
-        if changes:
-            self._check_may_change(call.principal, "tracing")
-            settings = extensions.update_trace_settings(self.server, changes, model)
-        else:
-            settings = extensions.trace_settings(self.server, model)
-        answer = response()
-        for key, value in settings.items():
-            answer.settings[key].value.extend(value if isinstance(value, list) else [value])
-        return answer
-
-    async def rpc_LogSettings(self, request: Any, call: Call, response: type) -> Any:  # noqa: N802
-        changes = {key: parameter_value(value) for key, value in request.settings.items()}
-        if changes:
-            self._check_may_change(call.principal, "logging")
-        settings = self.server.log_settings.update(changes) if changes else self.server.log_settings.to_dict()
-        answer = response()
-        for key, value in settings.items():
-            slot = answer.settings[key]
-            if isinstance(value, bool):
-                slot.bool_param = value
-            elif isinstance(value, int):
-                slot.uint32_param = value
-            else:
-                slot.string_param = str(value)
-        return answer
-
 
 def _stream_error(message: Any, text: str) -> Any:
     failed = messages.ModelInferResponse(
         id=message.id, model_name=message.model_name, model_version=message.model_version
     )
     return messages.ModelStreamInferResponse(error_message=text, infer_response=failed)
-
-
-def _regions(response_class: type, regions: list[dict[str, Any]]) -> Any:
-    answer = response_class()
-    for region in regions:
-        json_format.ParseDict(region, answer.regions[region["name"]])
-    return answer
 
 
 def _enable_reflection(server: grpc.aio.Server) -> None:

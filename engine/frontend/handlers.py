@@ -5,8 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 
@@ -15,8 +14,9 @@ from engine.config import ModelConfig
 from engine.errors import InferaError, InvalidArgument
 from engine.frontend import extensions
 from engine.frontend.generate import StreamReply, answer_once, generate_request, stream_reply
+from engine.frontend.repository_load import RepositoryControl, load_model, parse_load_request, unload_model
 from engine.frontend.routes import Route, parse_version
-from engine.names import check_model_name, normalise_files, sent_files
+from engine.names import check_model_name
 from engine.protocol import (
     ConfigChoice,
     choose_response_encoding,
@@ -27,7 +27,7 @@ from engine.protocol import (
     parse_header_length,
     parse_json_object,
 )
-from engine.server import EXTENSIONS, InferenceServer, RequestKey, VersionRoute, config_override
+from engine.server import EXTENSIONS, InferenceServer, RequestKey, VersionRoute
 from engine.shared_memory import CallerRegions, CopyOffLoop
 from engine.streams import ResponseStream
 from engine.types import InferenceRequest
@@ -52,25 +52,6 @@ class Incoming:
     scope: Any = None
     principal: Principal = ANONYMOUS
     method: str = "GET"
-
-
-class RepositoryControl(Protocol):
-    """Who owns the desired state of models (the console's registry): repository load/unload go there first.
-
-    Each returns True when it handled the request, False to let the engine load or unload by itself. `files`
-    are already normalised (engine.names); `caller` is who asked, already allowed to change models.
-    """
-
-    async def load(
-        self,
-        name: str,
-        *,
-        config: dict[str, Any] | None,
-        files: dict[PurePosixPath, bytes] | None,
-        caller: Principal,
-    ) -> bool: ...
-
-    async def unload(self, name: str, *, caller: Principal) -> bool: ...
 
 
 @dataclass(slots=True)
@@ -277,37 +258,18 @@ def repository_index(server: InferenceServer, incoming: Incoming) -> Reply:
 
 
 async def repository_load(server: InferenceServer, incoming: Incoming) -> Reply:
-    """Load or reload a model, with Triton's `config` override and `file:<version>/<name>` contents.
-
-    File names are normalised and checked here, before anyone (the registry, the engine) writes a byte.
-    """
+    """Load or reload a model, with Triton's `config` override and `file:<version>/<name>` contents (parsed as gRPC
+    parses them, engine/frontend/repository_load.py)."""
     name = check_model_name(incoming.route.model)
-    parameters = _parameters(_optional_json(incoming))
-    config = parameters.get("config")
-    if config is not None and not isinstance(config, str | dict):
-        raise InvalidArgument(f"failed to load '{name}': parameter 'config' must be a JSON string")
-    try:
-        files = sent_files(parameters)
-        normalised = normalise_files(files) if files else None
-    except InvalidArgument as exc:
-        raise InvalidArgument(f"failed to load '{name}': {exc.message}") from None
-    control = incoming.repository_control
-    caller = incoming.principal
-    if control is not None:
-        override = config_override(name, config)
-        if await control.load(name, config=override, files=normalised, caller=caller):
-            return EMPTY_OK
-    await server.load_model(name, config=config, files=files or None, caller=caller)
+    request = parse_load_request(name, _parameters(_optional_json(incoming)))
+    await load_model(server, incoming.repository_control, request, incoming.principal)
     return EMPTY_OK
 
 
 async def repository_unload(server: InferenceServer, incoming: Incoming) -> Reply:
     name = check_model_name(incoming.route.model)
     _parameters(_optional_json(incoming))
-    control = incoming.repository_control
-    if control is not None and await control.unload(name, caller=incoming.principal):
-        return EMPTY_OK
-    await server.unload_model(name, caller=incoming.principal)
+    await unload_model(server, incoming.repository_control, name, incoming.principal)
     return EMPTY_OK
 
 

@@ -1,0 +1,85 @@
+"""Repository load and unload as both front ends take them (HTTP handlers.py, gRPC grpc_management.py).
+
+One parser for a load's parameters, so HTTP and gRPC accept and refuse the same things in the same words: Triton's
+`config` (a JSON string; HTTP's JSON body may also carry it as an object, which a gRPC parameter cannot hold; a
+parameter without a value is refused, as Triton refuses one that is not a string) and `file:<path>` contents
+(bytes, or base64 text), their paths normalised and checked before anyone writes a byte. Unknown parameters are
+ignored. The registry's repository control (the console) is asked first, else the engine loads by itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import TYPE_CHECKING, Any, Protocol
+
+from engine.admission import Principal
+from engine.errors import InvalidArgument
+from engine.names import normalise_files, sent_files
+from engine.server import config_override
+
+if TYPE_CHECKING:
+    from engine.server import InferenceServer
+
+
+class RepositoryControl(Protocol):
+    """Who owns the desired state of models (the console's registry): repository load/unload go there first.
+
+    Each returns True when it handled the request, False to let the engine load or unload by itself. `files`
+    are already normalised (engine.names); `caller` is who asked, already allowed to change models.
+    """
+
+    async def load(
+        self,
+        name: str,
+        *,
+        config: dict[str, Any] | None,
+        files: dict[PurePosixPath, bytes] | None,
+        caller: Principal,
+    ) -> bool: ...
+
+    async def unload(self, name: str, *, caller: Principal) -> bool: ...
+
+
+@dataclass(frozen=True)
+class LoadRequest:
+    """A checked repository load: the model, its config override as sent, its files as sent and normalised."""
+
+    name: str
+    config: str | dict[str, Any] | None
+    files: dict[str, bytes]
+    normalised: dict[PurePosixPath, bytes] | None
+
+
+def parse_load_request(name: str, parameters: Mapping[str, object]) -> LoadRequest:
+    """A load of the model `name` (already checked) with these parameters; InvalidArgument saying which is wrong."""
+    config = parameters.get("config")
+    if "config" in parameters and not isinstance(config, str | dict):
+        raise InvalidArgument(f"failed to load '{name}': parameter 'config' must be a JSON string")
+    try:
+        files = sent_files(parameters)
+        normalised = normalise_files(files) if files else None
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"failed to load '{name}': {exc.message}") from None
+    return LoadRequest(name, config, files, normalised)
+
+
+async def load_model(
+    server: InferenceServer, control: RepositoryControl | None, request: LoadRequest, caller: Principal
+) -> None:
+    """Load (or reload) the model: through the repository control when it takes the load, else in the engine."""
+    if control is not None:
+        override = config_override(request.name, request.config)
+        if await control.load(request.name, config=override, files=request.normalised, caller=caller):
+            return
+    await server.load_model(request.name, config=request.config, files=request.files or None, caller=caller)
+
+
+async def unload_model(
+    server: InferenceServer, control: RepositoryControl | None, name: str, caller: Principal
+) -> None:
+    """Unload the model: through the repository control when it takes the unload, else in the engine."""
+    if control is not None and await control.unload(name, caller=caller):
+        return
+    await server.unload_model(name, caller=caller)

@@ -30,7 +30,6 @@ from engine.repository import (
     resolve_config,
     select_versions,
 )
-from engine.repository import holds_hf_folder as holds_hf_folder  # uploads: a Hugging Face folder is a model
 from engine.settings import ConfigLimits, EngineSettings
 
 # the model files a version folder may hold, one per backend

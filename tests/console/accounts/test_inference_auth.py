@@ -21,7 +21,8 @@ from console.accounts.models import ApiToken
 from console.accounts.revocations import RevocationListener
 from console.accounts.roles import Role
 from console.accounts.tokens import issue_token
-from engine.frontend import Unauthorized, V2App
+from engine.errors import Unauthorized
+from engine.frontend import V2App
 from engine.server import InferenceServer
 from tests.console.accounts.conftest import make_user
 

@@ -4,24 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import shutil
-import tempfile
 from collections.abc import Awaitable
-from pathlib import Path, PurePosixPath
+from pathlib import Path
+from typing import Any
 
 from engine import __version__, admission
 from engine.admission import SYSTEM, Principal
 from engine.config import ModelConfig
-from engine.config_format import config_to_dict, load_json, parse_config_json
+from engine.config_format import config_to_dict
 from engine.custom_metrics import CustomMetrics
 from engine.devices import gpu_count
-from engine.ensemble import EnsemblePlan, step_models
-from engine.errors import Forbidden, InferaError, InvalidArgument, LoadError, ModelNotFound
+from engine.errors import Forbidden, InferaError, ModelNotFound
 from engine.lifecycle import ModelManager, ModelState, ModelStatus, ServedVersion, VersionStatus
 from engine.log_settings import LogSettings
+from engine.model_loading import ModelLoader, config_override
 from engine.model_services import ModelServices
-from engine.names import check_model_name, normalise_files
-from engine.repository import ModelRepository, complete_config, resolve_config, select_versions
+from engine.repository import ModelRepository
 from engine.settings import EngineSettings
 from engine.shared_memory import SharedMemoryRegistry
 from engine.streams import ResponseStream
@@ -82,7 +80,7 @@ class InferenceServer:
         self.startup_failure: str | None = None  # why start-up failed: not ready for good, not "still loading"
         self._held = False  # started but kept not ready until set_ready()
         self._draining = False
-        self._sent_files: dict[str, Path] = {}  # models loaded from files sent with a load: their temporary roots
+        self.loader = ModelLoader(self.repository, self.manager, self.settings, self.admit)
         self.router = TrafficRouter(self.manager)  # each request's version, and the traffic policies in force
         self.manager.keeps_versions = self.router.keeps
 
@@ -153,9 +151,7 @@ class InferenceServer:
         await self.router.wait_for_shadows()
         await self.manager.stop()
         self.shared_memory.close()
-        for path in self._sent_files.values():
-            shutil.rmtree(path, ignore_errors=True)
-        self._sent_files.clear()
+        self.loader.close()
 
     def is_live(self) -> bool:
         return True
@@ -253,155 +249,10 @@ class InferenceServer:
             chain=frozenset(),
         )
 
-    async def _load_model(
-        self,
-        name: str,
-        *,
-        config: dict | str | None,
-        files: dict[str, bytes] | None,
-        versions: dict[int, Path] | None,
-        version_configs: dict[int, ModelConfig] | None,
-        active_version: int | None,
-        caller: Principal,
-        chain: frozenset[str],
-    ) -> None:
-        """`load_model`, for an ensemble's composing model too: `chain` holds the ensembles loading it."""
-        check_model_name(name)
-        if not caller.may_change_models:
-            raise Forbidden(f"'{caller.name}' may not load models ('{name}')")
+    async def _load_model(self, name: str, **load: Any) -> None:
+        """`load_model`'s keywords and the chain of ensembles loading it, to the loader (engine.model_loading)."""
         self.model_services.bind(asyncio.get_running_loop())
-        override = config_override(name, config)
-        try:
-            if files:
-                await self._load_sent_files(name, normalise_files(files), override, caller)
-                return
-            if versions:
-                version_paths = {int(v): Path(p) for v, p in versions.items()}
-                model_dir = next(iter(version_paths.values())).parent
-                raw = ModelRepository(model_dir.parent).read_config(model_dir.name)
-            else:
-                if self.repository is None or name not in self.repository.model_names():
-                    raise LoadError(f"no model folder named '{name}' in the model repository")
-                model_dir = self.repository.model_dir(name)
-                raw = self.repository.read_config(name)
-                version_paths = self.repository.version_paths(name)
-            if not version_paths:
-                raise LoadError(f"model '{name}' has no numeric version folder")
-            latest = version_paths[max(version_paths)]
-            # completing a config may run the model's code (a python model's auto_complete_config): decide first
-            for version, given in [(max(version_paths), raw), *(version_configs or {}).items()]:
-                if version in version_paths:
-                    resolved, _ = resolve_config(name, model_dir, version_paths[version], given, override)
-                    admission.check_code(resolved, caller, self.settings)
-            effective = complete_config(name, model_dir, latest, raw, override)
-            if not versions:
-                selected = select_versions(effective.version_policy, sorted(version_paths))
-                version_paths = {v: version_paths[v] for v in selected}
-            configs = {
-                v: complete_config(name, model_dir, version_paths[v], given, override)
-                for v, given in (version_configs or {}).items()
-                if v in version_paths
-            }
-            for checked in [effective, *configs.values()]:
-                admission.check_code(checked, caller, self.settings)
-                admission.check_limits(checked, self.settings.limits)
-            admission.check_ensemble_cycle(name, [effective, *configs.values()], self._ensemble_calls)
-            if effective.backend_name == "ensemble":
-                await self._load_composing_models(effective, caller, chain | {name})
-            await self.manager.load(effective, version_paths, active_version, configs=configs)
-            self._forget_sent_files(name)  # it serves from the repository now, not from files it was sent
-        except Forbidden:
-            raise
-        except InferaError as exc:
-            if isinstance(exc, LoadError) and exc.about_model:
-                raise
-            self.manager.record_error(name, exc.message)
-            raise LoadError(exc.message, model=name) from exc
-
-    async def _load_sent_files(
-        self, name: str, files: dict[PurePosixPath, bytes], override: dict | None, caller: Principal
-    ) -> None:
-        """Triton's `file:<version>/<name>` contents as a model folder of our own, admitted version by version.
-
-        The folder is removed on every failure; on success it replaces the one this model was loaded from before.
-        """
-        root = Path(tempfile.mkdtemp(prefix="infera-files-"))
-        model_dir = root / name
-        try:
-            for relative, content in files.items():
-                target = model_dir.joinpath(*relative.parts)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(content)
-            version_paths = _numeric_dirs(model_dir)
-            if not version_paths:
-                raise LoadError(f"model '{name}' has no numeric version folder")
-            raw = parse_config_json(override) if override else None
-            configs = {}
-            for number, path in sorted(version_paths.items()):
-                try:
-                    configs[number] = await self.admit(name, path, raw, caller=caller)
-                except LoadError as exc:
-                    raise LoadError(exc.reason, model=name, version=number) from exc
-            latest = configs[max(configs)]
-            selected = select_versions(latest.version_policy, sorted(version_paths))
-            await self.manager.load(latest, {v: version_paths[v] for v in selected}, configs=configs)
-        except BaseException:
-            shutil.rmtree(root, ignore_errors=True)
-            raise
-        previous = self._sent_files.pop(name, None)
-        self._sent_files[name] = root
-        if previous is not None:
-            shutil.rmtree(previous, ignore_errors=True)
-
-    async def _load_composing_models(self, config: ModelConfig, caller: Principal, chain: frozenset[str]) -> None:
-        """Load the models an ensemble's steps call that the repository has and the engine does not serve yet
-        (as Triton does); one that fails leaves the ensemble UNAVAILABLE with the reason. A model already on the
-        `chain` of ensembles being loaded is not loaded again (a cycle stored before it was refused ends here)."""
-        for model in EnsemblePlan(config).models():
-            if model in chain:
-                continue
-            entry = self.manager.models.get(model)
-            if entry is not None and entry.versions:
-                continue
-            if self.repository is None or model not in self.repository.model_names():
-                continue
-            try:
-                await self._load_model(
-                    model,
-                    config=None,
-                    files=None,
-                    versions=None,
-                    version_configs=None,
-                    active_version=None,
-                    caller=caller,
-                    chain=chain,
-                )
-            except InferaError as exc:
-                log.warning("ensemble '%s': its model '%s' did not load: %s", config.name, model, exc.message)
-
-    def _ensemble_calls(self, name: str) -> set[str]:
-        """The models the ensemble `name` calls as this engine knows it: its loaded versions and its repository
-        config (nothing for a model that is no ensemble, or whose config does not read)."""
-        calls: set[str] = set()
-        entry = self.manager.models.get(name)
-        if entry is not None:
-            for served in entry.versions.values():
-                calls.update(step_models(served.config))
-        if self.repository is not None and name in self.repository.model_names():
-            try:
-                raw = self.repository.read_config(name)
-            except InferaError:
-                raw = None
-            if raw is not None:
-                calls.update(step_models(raw))
-        return calls
-
-    def _forget_sent_files(self, name: str) -> bool:
-        """Remove the folder of files a model was loaded from, when it had one."""
-        sent = self._sent_files.pop(name, None)
-        if sent is not None:
-            shutil.rmtree(sent, ignore_errors=True)
-        return sent is not None
+        await self.loader.load(name, **load)
 
     async def unload_model(self, name: str, *, caller: Principal = SYSTEM) -> None:
         """Unload every version after in-flight requests finish; a model loaded from sent files is forgotten."""
@@ -409,7 +260,7 @@ class InferenceServer:
             raise Forbidden(f"'{caller.name}' may not unload models ('{name}')")
         await self.manager.unload(name)
         self.router.forget(name)
-        sent = self._forget_sent_files(name)
+        sent = self.loader.forget_sent_files(name)
         if sent or self.repository is None or name not in self.repository.model_names():
             self.manager.forget(name)  # nothing to show in the index: no folder in the repository
 
@@ -539,25 +390,6 @@ def _gpus(count: int | None) -> int:
     return gpu_count() if count is None else count
 
 
-def _numeric_dirs(model_dir: Path) -> dict[int, Path]:
-    return {int(p.name): p for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()}
-
-
-def config_override(name: str, config: dict | str | None) -> dict | None:
-    """Triton's `parameters.config`: a JSON string (or dict) of a possibly partial ModelConfig."""
-    if config is None or config == "":
-        return None
-    if isinstance(config, dict):
-        return config
-    try:
-        value = load_json(config, "parameters.config")  # nested at most MAX_JSON_DEPTH levels
-    except InvalidArgument as exc:
-        raise LoadError(exc.message, model=name) from None
-    if not isinstance(value, dict):
-        raise LoadError("parameters.config must be a JSON object", model=name)
-    return value
-
-
 __all__ = [
     "InferenceServer",
     "ModelNotFound",
@@ -570,5 +402,6 @@ __all__ = [
     "TrafficPolicy",
     "VersionStatus",
     "check_policy",
+    "config_override",
     "policy_from_dict",
 ]

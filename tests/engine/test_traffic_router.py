@@ -9,12 +9,15 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.grpc.aio as aioclient
 
 from engine.config_format import parse_config_pbtxt
 from engine.errors import IncompatibleVersion
 from engine.frontend import V2App
+from engine.frontend.grpc_server import GrpcFrontEnd
 from engine.server import InferenceServer, RequestKey
-from engine.settings import EngineSettings
+from engine.settings import EngineSettings, GrpcSettings
 from engine.traffic import TrafficPolicy, check_policy
 from engine.types import InferenceRequest
 from tests.engine.frontend.asgi_client import call
@@ -128,3 +131,20 @@ def test_it_names_the_output_that_differs_and_lets_minus_one_match_any_size():
         with pytest.raises(IncompatibleVersion, match=tensor) as refused:
             check_policy("m", canary, {1, 2}, 1, configs={1: active, 2: candidate})
         assert refused.value.tensor == tensor and why in refused.value.message
+
+
+async def test_it_routes_a_grpc_request_once_and_decodes_it_against_the_canarys_config(server, monkeypatch):
+    front_end = GrpcFrontEnd(server, GrpcSettings(port=0, shutdown_grace_seconds=1))
+    await front_end.start()
+    client = aioclient.InferenceServerClient(f"127.0.0.1:{front_end.port}")
+    try:
+        server.set_traffic_policy("scale", TrafficPolicy(mode="canary", weights={1: 0, 2: 100}))
+        chosen = counted_routes(server, monkeypatch)
+        three = grpcclient.InferInput("X", [1, 3], "FP32")
+        three.set_data_from_numpy(np.ones((1, 3), np.float32))
+        result = await client.infer("scale", [three])
+        assert result.get_response().model_version == "2" and result.as_numpy("Y").tolist() == [[3.0, 3.0, 3.0]]
+        assert chosen == [2]
+    finally:
+        await client.close()
+        await front_end.stop()

@@ -19,9 +19,9 @@ from console.analyzer.serializers import (
 )
 from console.hosting.runtime import runtime_of
 from console.parsers import JSONParser
-from console.registry import services as registry
 from console.registry.api import ErrorSerializer, RegistryAPIView
 from console.registry.serializers import VersionDetailSerializer
+from console.registry.services import lookups
 
 LISTED = 50
 
@@ -45,7 +45,7 @@ class AnalysisListView(AnalysisAPIView):
 
     @extend_schema(responses={200: AnalysisSummarySerializer(many=True), 404: ErrorSerializer})
     def get(self, request: Request, name: str) -> Response:
-        analyses = registry.get_model(name).analyses.select_related("model")[:LISTED]
+        analyses = lookups.get_model(name).analyses.select_related("model")[:LISTED]
         return Response(AnalysisSummarySerializer(analyses, many=True).data)
 
     @extend_schema(
@@ -60,7 +60,7 @@ class AnalysisListView(AnalysisAPIView):
         },
     )
     def post(self, request: Request, name: str) -> Response:
-        model = registry.get_model(name)
+        model = lookups.get_model(name)
         form = AnalysisStartSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         runner = runner_of(request)

@@ -20,8 +20,8 @@ from django.utils import timezone
 
 from console.analyzer.frontier import recommend
 from console.analyzer.models import OPEN_STATES, Analysis, AnalysisState
-from console.registry import services as registry
 from console.registry.models import AuditEvent, ModelVersion, RegisteredModel, VersionState
+from console.registry.services import lookups, new_versions, refusals
 from engine.api import (
     Candidate,
     CodeRefused,
@@ -77,8 +77,8 @@ class Job:
 def get_analysis(name: str, pk: int) -> Analysis:
     analysis = Analysis.objects.select_related("model").filter(model__name=name, pk=pk).first()
     if analysis is None:
-        registry.get_model(name)  # 404 for the model first
-        raise registry.NotFound(f"model '{name}' has no analysis {pk}")
+        lookups.get_model(name)  # 404 for the model first
+        raise refusals.NotFound(f"model '{name}' has no analysis {pk}")
     return analysis
 
 
@@ -86,9 +86,9 @@ def start_analysis(
     actor: Any, model: RegisteredModel, request: AnalysisRequest, on_queued: Callable[[], None] | None = None
 ) -> Analysis:
     """Queue an analysis once it is checked; `on_queued` runs after the commit (to wake this process's runner)."""
-    caller = registry.caller_of(actor)
+    caller = lookups.caller_of(actor)
     if not caller.may_change_models:
-        raise registry.RegistryError(f"'{caller.name}' may not analyse model '{model.name}'", 403)
+        raise refusals.RegistryError(f"'{caller.name}' may not analyse model '{model.name}'", 403)
     version = _analysed_version(model, request.version)
     plan = _plan(model.name, version, request, caller)
     expire_abandoned()
@@ -110,19 +110,19 @@ def start_analysis(
     except IntegrityError:
         running = Analysis.objects.select_related("model").filter(in_progress=True).first()
         which = f"analysis {running.pk} of '{running.model.name}'" if running else "another analysis"
-        raise registry.Conflict(f"{which} is still running: analyses run one at a time; cancel it or wait") from None
+        raise refusals.Conflict(f"{which} is still running: analyses run one at a time; cancel it or wait") from None
     return analysis
 
 
 def _analysed_version(model: RegisteredModel, number: int | None) -> ModelVersion:
     if number is None:
         if model.active_version is None:
-            raise registry.Conflict(f"model '{model.name}' has no active version to analyse")
+            raise refusals.Conflict(f"model '{model.name}' has no active version to analyse")
         version = model.active_version
     else:
-        version = registry.get_version(model.name, number)
+        version = lookups.get_version(model.name, number)
     if version.state != VersionState.READY or not version.config:
-        raise registry.Conflict(
+        raise refusals.Conflict(
             f"version {version.number} of '{model.name}' is {version.state}; only a READY version can be analysed"
         )
     return version
@@ -131,11 +131,11 @@ def _analysed_version(model: RegisteredModel, number: int | None) -> ModelVersio
 def _plan(name: str, version: ModelVersion, request: AnalysisRequest, caller: Principal) -> dict[str, Any]:
     """The sweep as the runner will run it, refused (400, 403) with the engine's reason or the bound it passes."""
     if not 0 < request.budget_ms:
-        raise registry.RegistryError(f"the latency budget must be more than 0 ms, got {request.budget_ms:g}")
+        raise refusals.RegistryError(f"the latency budget must be more than 0 ms, got {request.budget_ms:g}")
     if not 1 <= request.max_concurrency <= MAX_CONCURRENCY:
-        raise registry.RegistryError(f"max_concurrency must be 1 to {MAX_CONCURRENCY}, got {request.max_concurrency}")
+        raise refusals.RegistryError(f"max_concurrency must be 1 to {MAX_CONCURRENCY}, got {request.max_concurrency}")
     if not MIN_SECONDS_PER_POINT <= request.seconds_per_point <= MAX_SECONDS_PER_POINT:
-        raise registry.RegistryError(
+        raise refusals.RegistryError(
             f"seconds_per_point must be {MIN_SECONDS_PER_POINT:g} to {MAX_SECONDS_PER_POINT:g}, "
             f"got {request.seconds_per_point:g}"
         )
@@ -144,20 +144,20 @@ def _plan(name: str, version: ModelVersion, request: AnalysisRequest, caller: Pr
     try:
         candidates = grid_candidates(base, request.max_batch_sizes, request.queue_delays_us, request.instance_counts)
         if len(candidates) > MAX_CONFIGS:
-            raise registry.RegistryError(
+            raise refusals.RegistryError(
                 f"the grid makes {len(candidates)} configs, over the limit of {MAX_CONFIGS}: give fewer values"
             )
         for candidate in candidates:
             check_code(candidate_config(base, candidate, engine_settings.limits), caller, engine_settings)
         analysis_inputs(base, request.sample_inputs)
     except CodeRefused as exc:
-        raise registry.RegistryError(exc.message, 403) from None
+        raise refusals.RegistryError(exc.message, 403) from None
     except InferaError as exc:
-        raise registry.RegistryError(exc.message) from None
+        raise refusals.RegistryError(exc.message) from None
     levels = concurrency_levels(request.max_concurrency)
     planned = len(candidates) * len(levels) * request.seconds_per_point
     if planned > MAX_PLANNED_SECONDS:
-        raise registry.RegistryError(
+        raise refusals.RegistryError(
             f"the analysis would measure for {planned:g} s ({len(candidates)} configs x {len(levels)} concurrency "
             f"levels x {request.seconds_per_point:g} s), over the limit of {MAX_PLANNED_SECONDS:g} s: give fewer "
             "configs, a lower concurrency or shorter points"
@@ -180,7 +180,7 @@ def cancel_analysis(actor: Any, analysis: Analysis, on_cancel: Callable[[], None
     with transaction.atomic():
         analysis = Analysis.objects.select_for_update().select_related("model").get(pk=analysis.pk)
         if analysis.state not in OPEN_STATES:
-            raise registry.Conflict(f"analysis {analysis.pk} is {analysis.state}: there is nothing to cancel")
+            raise refusals.Conflict(f"analysis {analysis.pk} is {analysis.state}: there is nothing to cancel")
         if analysis.state == AnalysisState.QUEUED:
             analysis.end(AnalysisState.CANCELLED)
         else:
@@ -196,28 +196,28 @@ def apply_analysis(
     actor: Any, analysis: Analysis, candidate: int | None = None, *, server: InferenceServer | None = None
 ) -> ModelVersion:
     """The recommended config (or candidate `candidate`) as a new version of the analysed files, admitted by `server`
-    (registry.admitting) and made active once it loads. Refused (409) when the analysis is not done, or the model's
+    (lookups.admitting) and made active once it loads. Refused (409) when the analysis is not done, or the model's
     active version is no longer the analysed one.
     """
     _check_may_change(actor, analysis)
-    model = registry.get_model(analysis.model.name)
+    model = lookups.get_model(analysis.model.name)
     if analysis.state != AnalysisState.DONE:
-        raise registry.Conflict(f"analysis {analysis.pk} is {analysis.state}: only a finished one can be applied")
+        raise refusals.Conflict(f"analysis {analysis.pk} is {analysis.state}: only a finished one can be applied")
     if candidate is None:
         if not analysis.recommendation:
-            raise registry.Conflict(f"analysis {analysis.pk} recommends no config: {analysis.note}")
+            raise refusals.Conflict(f"analysis {analysis.pk} recommends no config: {analysis.note}")
         candidate = analysis.recommendation["candidate"]
     candidates = analysis.plan["candidates"]
     if not 0 <= candidate < len(candidates):
-        raise registry.RegistryError(f"analysis {analysis.pk} has configs 0 to {len(candidates) - 1}, not {candidate}")
+        raise refusals.RegistryError(f"analysis {analysis.pk} has configs 0 to {len(candidates) - 1}, not {candidate}")
     if model.active_number != analysis.version:
-        raise registry.Conflict(
+        raise refusals.Conflict(
             f"the active version of '{model.name}' is {model.active_number}, not the analysed version "
             f"{analysis.version}: analyse it again"
         )
     chosen = candidates[candidate]
     notes = f"analysis {analysis.pk}: {chosen['label']}"
-    version = registry.add_version_with_config(actor, model, chosen["override"], notes=notes, server=server)
+    version = new_versions.add_version_with_config(actor, model, chosen["override"], notes=notes, server=server)
     with transaction.atomic():
         Analysis.objects.filter(pk=analysis.pk).update(applied_version=version.number)
         AuditEvent.record(actor, "analysis.apply", analysis.label, version=version.number, config=chosen["label"])
@@ -225,9 +225,9 @@ def apply_analysis(
 
 
 def _check_may_change(actor: Any, analysis: Analysis) -> None:
-    caller = registry.caller_of(actor)
+    caller = lookups.caller_of(actor)
     if not caller.may_change_models:
-        raise registry.RegistryError(f"'{caller.name}' may not change analyses of '{analysis.model.name}'", 403)
+        raise refusals.RegistryError(f"'{caller.name}' may not change analyses of '{analysis.model.name}'", 403)
 
 
 # ---- the runner's side (console/analyzer/runner.py), each a short transaction
@@ -250,7 +250,7 @@ def claim_next() -> Job | None:
                 levels=list(plan["concurrency"]),
                 seconds=float(plan["seconds_per_point"]),
                 max_seconds=float(plan["max_seconds"]),
-                caller=registry.caller_of(analysis.requested_by or analysis.requested_by_name),
+                caller=lookups.caller_of(analysis.requested_by or analysis.requested_by_name),
                 sample=analysis.sample_inputs or None,
             )
     return None

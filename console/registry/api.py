@@ -17,7 +17,6 @@ from console.accounts.permissions import CanManageModels
 from console.accounts.tokens import TokenAuthentication
 from console.hosting.runtime import runtime_of
 from console.parsers import JSONParser
-from console.registry import services
 from console.registry.engine_status import engine_traffic
 from console.registry.models import ModelVersion, RegisteredModel, VersionState
 from console.registry.serializers import (
@@ -32,6 +31,7 @@ from console.registry.serializers import (
     VersionUploadedSerializer,
     VersionUploadSerializer,
 )
+from console.registry.services import lookups, model_actions, new_versions, refusals, traffic_actions, version_actions
 from console.registry.uploads import max_upload_bytes, too_large
 from engine.api import InferenceServer
 
@@ -66,7 +66,7 @@ class RegistryAPIView(APIView):
     permission_classes = [CanManageModels]
 
     def handle_exception(self, exc: Exception) -> Response:
-        if isinstance(exc, services.RegistryError):
+        if isinstance(exc, refusals.RegistryError):
             body: dict[str, Any] = {"detail": exc.message}
             if "version" in exc.extra:
                 body["version"] = VersionDetailSerializer(exc.extra["version"], context=self._context()).data
@@ -81,15 +81,15 @@ class RegistryAPIView(APIView):
         return {"request": self.request, "view": self}
 
     def server(self) -> InferenceServer | None:
-        """The engine of the serving process this request reached, whose door admits versions (services.admitting);
+        """The engine of the serving process this request reached, whose door admits versions (lookups.admitting);
         None outside one."""
         runtime = runtime_of(self.request)
         return runtime.server if runtime is not None else None
 
     def version(self, name: str, number: str) -> ModelVersion:
         if not (number.isascii() and number.isdigit()):
-            raise services.RegistryError(f"a version is a whole number, got '{number}'")
-        return services.get_version(name, int(number))
+            raise refusals.RegistryError(f"a version is a whole number, got '{number}'")
+        return lookups.get_version(name, int(number))
 
 
 @extend_schema(tags=["models"])
@@ -107,7 +107,7 @@ class ModelListView(RegistryAPIView):
     def post(self, request: Request) -> Response:
         form = ModelCreateSerializer(data=request.data)
         form.is_valid(raise_exception=True)
-        model = services.register_model(request.user, **form.validated_data)
+        model = model_actions.register_model(request.user, **form.validated_data)
         return Response(RegisteredModelDetailSerializer(model, context=self._context()).data, status=201)
 
 
@@ -117,19 +117,19 @@ class ModelDetailView(RegistryAPIView):
 
     @extend_schema(responses={200: RegisteredModelDetailSerializer, 404: ErrorSerializer})
     def get(self, request: Request, name: str) -> Response:
-        return Response(RegisteredModelDetailSerializer(services.get_model(name), context=self._context()).data)
+        return Response(RegisteredModelDetailSerializer(lookups.get_model(name), context=self._context()).data)
 
     @extend_schema(request=ModelUpdateSerializer, responses={200: RegisteredModelDetailSerializer})
     def patch(self, request: Request, name: str) -> Response:
-        model = services.get_model(name)
+        model = lookups.get_model(name)
         form = ModelUpdateSerializer(data=request.data, context={"name": name})
         form.is_valid(raise_exception=True)
-        model = services.update_model(request.user, model, form.validated_data["description"])
+        model = model_actions.update_model(request.user, model, form.validated_data["description"])
         return Response(RegisteredModelDetailSerializer(model, context=self._context()).data)
 
     @extend_schema(responses={204: None, 404: ErrorSerializer, 409: InUseErrorSerializer})
     def delete(self, request: Request, name: str) -> Response:
-        services.delete_model(request.user, services.get_model(name))
+        model_actions.delete_model(request.user, lookups.get_model(name))
         return Response(status=204)
 
 
@@ -141,7 +141,7 @@ class VersionListView(RegistryAPIView):
 
     @extend_schema(responses={200: VersionSerializer(many=True), 404: ErrorSerializer})
     def get(self, request: Request, name: str) -> Response:
-        versions = services.get_model(name).versions.select_related("model", "uploaded_by")
+        versions = lookups.get_model(name).versions.select_related("model", "uploaded_by")
         return Response(VersionSerializer(versions, many=True, context=self._context()).data)
 
     @extend_schema(
@@ -154,13 +154,13 @@ class VersionListView(RegistryAPIView):
         },
     )
     def post(self, request: Request, name: str) -> Response:
-        model = services.get_model(name)
+        model = lookups.get_model(name)
         length = request.META.get("CONTENT_LENGTH") or "0"
         if length.isascii() and length.isdigit() and int(length) > max_upload_bytes() + MULTIPART_SLACK_BYTES:
-            raise services.RegistryError(too_large(int(length)).message, 413)  # refused before the body is read
+            raise refusals.RegistryError(too_large(int(length)).message, 413)  # refused before the body is read
         form = VersionUploadSerializer(data=request.data)
         form.is_valid(raise_exception=True)
-        uploaded = services.upload_versions(request.user, model, server=self.server(), **form.validated_data)
+        uploaded = new_versions.upload_versions(request.user, model, server=self.server(), **form.validated_data)
         context = {**self._context(), "companions": uploaded.companions}
         return Response(VersionUploadedSerializer(uploaded.version, context=context).data, status=201)
 
@@ -175,14 +175,14 @@ class VersionDetailView(RegistryAPIView):
 
     @extend_schema(responses={204: None, 409: InUseErrorSerializer})
     def delete(self, request: Request, name: str, number: str) -> Response:
-        services.delete_version(request.user, self.version(name, number))
+        version_actions.delete_version(request.user, self.version(name, number))
         return Response(status=204)
 
 
 class VersionActionView(RegistryAPIView):
     """A change of desired state on one version; the reconciler acts on it, hence 202."""
 
-    change = staticmethod(services.activate)
+    change = staticmethod(version_actions.activate)
 
     @extend_schema(request=None, responses={202: VersionDetailSerializer, 404: ErrorSerializer, 409: ErrorSerializer})
     def post(self, request: Request, name: str, number: str) -> Response:
@@ -192,22 +192,22 @@ class VersionActionView(RegistryAPIView):
 
 @extend_schema(tags=["versions"], summary="Activate a READY version (roll forward or back)")
 class VersionActivateView(VersionActionView):
-    change = staticmethod(services.activate)
+    change = staticmethod(version_actions.activate)
 
 
 @extend_schema(tags=["versions"], summary="Load a version (a FAILED one is retried)")
 class VersionLoadView(VersionActionView):
-    change = staticmethod(services.load_version)
+    change = staticmethod(version_actions.load_version)
 
 
 @extend_schema(tags=["versions"], summary="Unload a version that is not the active one")
 class VersionUnloadView(VersionActionView):
-    change = staticmethod(services.unload_version)
+    change = staticmethod(version_actions.unload_version)
 
 
 def traffic_of(model: RegisteredModel, context: dict[str, Any]) -> dict[str, Any]:
     """A model's traffic as the API shows it: the desired policy, and what this process's engine applies and saw."""
-    policy = services.traffic_policy_of(model)
+    policy = lookups.traffic_policy_of(model)
     in_force = engine_traffic(model.name, context)
     ready = model.versions.filter(state=VersionState.READY).values_list("number", flat=True)
     return TrafficSerializer(
@@ -216,7 +216,7 @@ def traffic_of(model: RegisteredModel, context: dict[str, Any]) -> dict[str, Any
             "active_version": model.active_number,
             "ready_versions": sorted(ready),
             "policy": policy.to_dict(),
-            "promotion_candidate": services.promotion_candidate(policy, model.active_number),
+            "promotion_candidate": traffic_actions.promotion_candidate(policy, model.active_number),
             "in_force": in_force["policy"] if in_force else None,
             "rolled_back": in_force["rolled_back"] if in_force else "",
             "shadow": in_force["shadow"] if in_force else None,
@@ -232,7 +232,7 @@ class TrafficView(RegistryAPIView):
 
     @extend_schema(responses={200: TrafficSerializer, 404: ErrorSerializer})
     def get(self, request: Request, name: str) -> Response:
-        return Response(traffic_of(services.get_model(name), self._context()))
+        return Response(traffic_of(lookups.get_model(name), self._context()))
 
     @extend_schema(
         summary="Set the traffic policy (the reconciler puts it in force once its versions are READY)",
@@ -240,24 +240,24 @@ class TrafficView(RegistryAPIView):
         responses={202: TrafficSerializer, 400: ErrorSerializer, 403: ErrorSerializer, 404: ErrorSerializer},
     )
     def put(self, request: Request, name: str) -> Response:
-        model = services.get_model(name)
+        model = lookups.get_model(name)
         form = TrafficPolicySerializer(data=request.data)
         form.is_valid(raise_exception=True)
-        model = services.set_traffic_policy(request.user, model, form.validated_data)
+        model = traffic_actions.set_traffic_policy(request.user, model, form.validated_data)
         return Response(traffic_of(model, self._context()), status=202)
 
 
 class TrafficActionView(RegistryAPIView):
     """A change of a model's traffic; the reconciler acts on it, hence 202."""
 
-    change = staticmethod(services.rollback_traffic)
+    change = staticmethod(traffic_actions.rollback_traffic)
 
     @extend_schema(
         request=None,
         responses={202: TrafficSerializer, 403: ErrorSerializer, 404: ErrorSerializer, 409: ErrorSerializer},
     )
     def post(self, request: Request, name: str) -> Response:
-        model = type(self).change(request.user, services.get_model(name))
+        model = type(self).change(request.user, lookups.get_model(name))
         return Response(traffic_of(model, self._context()), status=202)
 
 
@@ -266,11 +266,11 @@ class TrafficPromoteView(TrafficActionView):
     """For a canary the version with the highest weight that is not active, for a shadow its candidate; the policy
     returns to active. 409 when the policy has no candidate."""
 
-    change = staticmethod(services.promote_traffic)
+    change = staticmethod(traffic_actions.promote_traffic)
 
 
 @extend_schema(tags=["traffic"], summary="Roll back: every request goes to the active version again")
 class TrafficRollbackView(TrafficActionView):
     """The canary or shadow ends; the active version stays. 409 when the policy is already active."""
 
-    change = staticmethod(services.rollback_traffic)
+    change = staticmethod(traffic_actions.rollback_traffic)

@@ -16,9 +16,10 @@ from rest_framework.response import Response
 
 from console.accounts.permissions import CanViewModels
 from console.parsers import JSONParser
-from console.registry import config_edit, services
+from console.registry import config_edit
 from console.registry.api import ErrorSerializer, RegistryAPIView
 from console.registry.serializers import VersionDetailSerializer
+from console.registry.services import lookups
 from console.registry.uploads import MAX_CONFIG_BYTES
 
 
@@ -69,7 +70,7 @@ class ConfigView(RegistryAPIView):
 
     @extend_schema(responses={200: CurrentConfigSerializer, 404: ErrorSerializer, 409: ErrorSerializer})
     def get(self, request: Request, name: str) -> Response:
-        version = config_edit.edited_version(services.get_model(name))
+        version = config_edit.edited_version(lookups.get_model(name))
         return Response(CurrentConfigSerializer(config_edit.current_config(version)).data)
 
     @extend_schema(
@@ -85,7 +86,7 @@ class ConfigView(RegistryAPIView):
         },
     )
     def post(self, request: Request, name: str) -> Response:
-        model = services.get_model(name)
+        model = lookups.get_model(name)
         form = ConfigSaveSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         data = form.validated_data
@@ -110,7 +111,7 @@ class ConfigValidateView(RegistryAPIView):
 
     @extend_schema(request=EditedConfigSerializer, responses={200: ConfigCheckSerializer, 404: ErrorSerializer})
     def post(self, request: Request, name: str) -> Response:
-        version = config_edit.edited_version(services.get_model(name))
+        version = config_edit.edited_version(lookups.get_model(name))
         form = EditedConfigSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         data = form.validated_data

@@ -4,7 +4,7 @@ config that version serves with, and the two ways to save it.
 Checking is the engine's own, at the serving server's door (`check_config`: parsing, the name, the code decision,
 completion against the model file, validation, the server's limits), so the editor reports what a load would, in the
 engine's words, which name the field; saving trial-loads with that check, not another. "Save as new version" is the
-/v2 path's (services.add_version_with_config: the active version's files with this config, trial-loaded, made
+/v2 path's (new_versions.add_version_with_config: the active version's files with this config, trial-loaded, made
 active); "apply to this version" trial-loads the edit on the version's own files, records it as that version's
 config and lets the reconciler reload it (the old config serves until the new one is READY). Both are audited and
 announced like every other change.
@@ -18,8 +18,9 @@ from typing import Any
 
 from django.db import transaction
 
-from console.registry import ensemble_graph, services
+from console.registry import ensemble_graph
 from console.registry.models import AuditEvent, ModelVersion, RegisteredModel
+from console.registry.services import lookups, new_versions, notices, refusals
 from console.registry.store import get_store
 from engine.api import (
     Admissible,
@@ -59,7 +60,7 @@ def edited_version(model: RegisteredModel) -> ModelVersion:
     """The version the editor edits: the active one, with files and a recorded config (409 otherwise)."""
     version = model.active_version
     if version is None or not version.artifact or not version.config:
-        raise services.Conflict(f"model '{model.name}' has no active version whose config could be edited")
+        raise refusals.Conflict(f"model '{model.name}' has no active version whose config could be edited")
     version.model = model
     return version
 
@@ -86,7 +87,7 @@ def check_edit(
     actor: Any, version: ModelVersion, text: str, form: str, server: InferenceServer | None = None
 ) -> CheckedEdit:
     """The engine's verdict on an edit of `version`'s config, with the differences when it passes."""
-    return _verdict(actor, version, text, form, services.admitting(server))[0]
+    return _verdict(actor, version, text, form, lookups.admitting(server))[0]
 
 
 def _verdict(
@@ -127,7 +128,7 @@ def _as_pbtxt(text: str, form: str) -> str:
 def _checked(actor: Any, version: ModelVersion, text: str, form: str, door: InferenceServer) -> Admissible:
     name = version.model.name
     check = door.check_config(
-        name, get_store().absolute(version.artifact), parse_edit(text, form), caller=services.caller_of(actor)
+        name, get_store().absolute(version.artifact), parse_edit(text, form), caller=lookups.caller_of(actor)
     )
     if (cycle := ensemble_graph.cycle_problem(name, [check.config])) is not None:
         raise InvalidArgument(cycle)
@@ -170,11 +171,11 @@ def save_as_new_version(
 ) -> ModelVersion:
     """The active version's files with the edited config, as a new version made active once it loads (audited).
 
-    `server` admits it (services.admitting), with the check the editor made of it."""
-    door = services.admitting(server)
+    `server` admits it (lookups.admitting), with the check the editor made of it."""
+    door = lookups.admitting(server)
     version, checked, check = _checked_change(actor, model, text, form, "save", door)
     override = replacing_override(parse_config_json(checked.config))  # a field the edit removed is removed
-    added = services.add_version_with_config(
+    added = new_versions.add_version_with_config(
         actor, model, override, notes=notes or NEW_VERSION_NOTES, server=door, checked=check
     )
     AuditEvent.record(actor, "config.edit", added.label, source=version.number, changes=checked.changes)
@@ -184,26 +185,26 @@ def save_as_new_version(
 def apply_to_version(
     actor: Any, model: RegisteredModel, text: str, form: str, server: InferenceServer | None = None
 ) -> ModelVersion:
-    """The edited config for the active version itself, trial-loaded first by `server` (services.admitting) with
+    """The edited config for the active version itself, trial-loaded first by `server` (lookups.admitting) with
     the check the editor made of it; the reconciler reloads the version and the old config serves until the new
     one is READY."""
-    door = services.admitting(server)
+    door = lookups.admitting(server)
     version, checked, check = _checked_change(actor, model, text, form, "apply", door)
     try:
         effective = door.admit_blocking(
             model.name, get_store().absolute(version.artifact), caller=check.caller, checked=check
         )
     except CodeRefused as exc:
-        raise services.RegistryError(exc.message, 403) from None
+        raise refusals.RegistryError(exc.message, 403) from None
     except InferaError as exc:
-        raise services.RegistryError(f"the edited config failed its trial load: {exc.message}") from None
+        raise refusals.RegistryError(f"the edited config failed its trial load: {exc.message}") from None
     with transaction.atomic():
         version = ModelVersion.objects.select_for_update().select_related("model").get(pk=version.pk)
         version.reconfigure(config_to_dict(effective))
         if version.is_active:
             get_store().write_config(model.name, effective)
         AuditEvent.record(actor, "version.config", version.label, changes=checked.changes)
-        services.notify_changed(model.name)
+        notices.notify_changed(model.name)
     return version
 
 
@@ -214,12 +215,12 @@ def _checked_change(
     refused with 403 for a caller who may not change models, 400 with the engine's message, or when nothing
     changed."""
     version = edited_version(model)
-    caller = services.caller_of(actor)
+    caller = lookups.caller_of(actor)
     if not caller.may_change_models:
-        raise services.RegistryError(f"'{caller.name}' may not change the config of model '{model.name}'", 403)
+        raise refusals.RegistryError(f"'{caller.name}' may not change the config of model '{model.name}'", 403)
     checked, check = _verdict(actor, version, text, form, door)
     if check is None:
-        raise services.RegistryError(checked.errors[0])
+        raise refusals.RegistryError(checked.errors[0])
     if not checked.changes:
-        raise services.RegistryError(f"the config is the one version {version.number} serves with: nothing to {doing}")
+        raise refusals.RegistryError(f"the config is the one version {version.number} serves with: nothing to {doing}")
     return version, checked, check

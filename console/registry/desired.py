@@ -95,8 +95,8 @@ def record_outcome(replica: str, name: str, ready: set[int], failed: dict[int, s
 
 def _locked_versions(name: str, numbers: set[int] | None = None) -> list[ModelVersion]:
     """Lock the model's row, then its versions' in number order (inside a transaction): the order every change of
-    the registry takes them in (services.py locks the model first). A join locked by one query locked the rows in
-    scan order, and two replicas recording at once with an activation deadlocked on PostgreSQL."""
+    the registry takes them in (services/lookups.py locks the model first). A join locked by one query locked the
+    rows in scan order, and two replicas recording at once with an activation deadlocked on PostgreSQL."""
     RegisteredModel.objects.select_for_update().filter(name=name).first()
     versions = ModelVersion.objects.filter(model__name=name)
     if numbers is not None:

@@ -17,8 +17,9 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from console.registry import ensemble_graph, services
+from console.registry import ensemble_graph
 from console.registry.models import ModelVersion, RegisteredModel, VersionState, actor_user, model_name_validator
+from console.registry.services import model_actions
 from console.registry.store import ModelStore, folder_digest, get_store
 from engine.api import (
     CONFIG_FILES,
@@ -95,7 +96,7 @@ def _import_model(
             model.backend, model.platform = first.get("backend", ""), first.get("platform", "")
             model.save(update_fields=["active_version", "backend", "platform"])
         if added:
-            services.record_import(actor, model, [v.number for v in added], root)
+            model_actions.record_import(actor, model, [v.number for v in added], root)
 
 
 def _register_version(

@@ -23,7 +23,8 @@ from django.conf import settings
 from console.layer_tasks import end_task
 from console.outages import Outage, is_database_outage, is_idle_wait, is_transaction_conflict
 from console.registry.desired import ModelPlan, mark_loading, read_plans, record_outcome
-from console.registry.services import CHANGED, GROUP, record_automatic_rollback
+from console.registry.services.notices import CHANGED, GROUP
+from console.registry.services.traffic_actions import record_automatic_rollback
 from engine.api import InferaError, InferenceServer, LoadError, TrafficPolicy, parse_config_json, policy_from_dict
 
 logger = logging.getLogger("console.registry.reconciler")

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from channels.db import database_sync_to_async
 
 from console.outages import database_needed
-from console.registry import services
+from console.registry.services import lookups, new_versions, refusals, v2_actions
 from engine.api import Forbidden, InferaError, InferenceServer, InvalidArgument, LoadError, Principal
 
 if TYPE_CHECKING:
@@ -52,12 +52,12 @@ class RegistryRepositoryControl:
                 if not handled:
                     return False
             else:
-                wanted = await database_sync_to_async(services.v2_load)(caller, name)
+                wanted = await database_sync_to_async(v2_actions.v2_load)(caller, name)
                 if wanted is None:
                     return False
             await self.reconciler.reconcile_model(name)
             numbers = await database_sync_to_async(_wanted_numbers)(name)
-            failure = await database_sync_to_async(services.failures_of)(name, numbers, self.reconciler.replica)
+            failure = await database_sync_to_async(v2_actions.failures_of)(name, numbers, self.reconciler.replica)
             if failure:
                 raise LoadError(failure, model=name)
             return True
@@ -65,7 +65,7 @@ class RegistryRepositoryControl:
     async def unload(self, name: str, *, caller: Principal) -> bool:
         """Mark every version of the model not to load, and unload it."""
         with database_needed(f"unload model '{name}'"):
-            if not await database_sync_to_async(services.v2_unload)(caller, name):
+            if not await database_sync_to_async(v2_actions.v2_unload)(caller, name):
                 return False
             await self.reconciler.reconcile_model(name)
             return True
@@ -81,15 +81,15 @@ def _new_version(
     """Register the sent files or config as a new active version, admitted by the engine that serves it; False when
     the model is not registered."""
     try:
-        model = services.get_model(name)
-    except services.NotFound:
+        model = lookups.get_model(name)
+    except refusals.NotFound:
         return False
     try:
         if files:
-            services.add_version_from_files(caller, model, files, config, server=server)
+            new_versions.add_version_from_files(caller, model, files, config, server=server)
         else:
-            services.add_version_with_config(caller, model, config or {}, server=server)
-    except services.RegistryError as exc:
+            new_versions.add_version_with_config(caller, model, config or {}, server=server)
+    except refusals.RegistryError as exc:
         if exc.status == 403:
             raise Forbidden(exc.message) from None
         if exc.status == 507:
@@ -102,4 +102,4 @@ def _new_version(
 
 
 def _wanted_numbers(name: str) -> list[int]:
-    return list(services.get_model(name).versions.filter(should_load=True).values_list("number", flat=True))
+    return list(lookups.get_model(name).versions.filter(should_load=True).values_list("number", flat=True))

@@ -12,12 +12,13 @@ from django.shortcuts import get_object_or_404, render
 
 from console.accounts.permissions import can_manage_models, python_models_refusal, role_required
 from console.listing import SortOrder
-from console.registry import pipeline, services
+from console.registry import pipeline
 from console.registry.audit import audit_events
 from console.registry.engine_status import EngineStatus
 from console.registry.forms import MODEL_COLUMNS, MODEL_ORDER, ModelFilterForm
 from console.registry.models import RegisteredModel, VersionState
 from console.registry.playground import generates_text
+from console.registry.services import lookups
 from console.registry.uploads import max_upload_bytes
 
 AUDIT_PAGE_SIZE = 100
@@ -53,7 +54,7 @@ def model_detail(request: HttpRequest, name: str) -> HttpResponse:
             "max_upload_bytes": max_upload_bytes(),
             "is_ensemble": ensemble,
             "pipeline": pipeline.layout(config, composing_models(config, request)) if ensemble else None,
-            "used_by": services.ensembles_using(model.name),
+            "used_by": lookups.ensembles_using(model.name),
             "generates_text": generates_text(config),
             "version_states": [state.value for state in VersionState],
         },

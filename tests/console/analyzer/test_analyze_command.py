@@ -8,8 +8,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from console.analyzer.models import Analysis, AnalysisState
-from console.registry import services
 from console.registry.models import AuditEvent, ModelVersion, RegisteredModel, VersionState
+from console.registry.services import model_actions, new_versions
 from console.registry.uploads import parse_config_text
 from tests.console.registry.conftest import SIMPLE_PBTXT, model_file
 
@@ -21,8 +21,8 @@ SMALL = ["--concurrency", "2", "--max-batch-size", "8", "--queue-delay-us", "0,2
 @pytest.fixture(autouse=True)
 def simple(operator, simple_onnx):
     """simple with one version in the store, READY as a serving process would have it."""
-    model = services.register_model(operator, "simple")
-    services.add_version(operator, model, model_file(simple_onnx), config=parse_config_text(SIMPLE_PBTXT))
+    model = model_actions.register_model(operator, "simple")
+    new_versions.add_version(operator, model, model_file(simple_onnx), config=parse_config_text(SIMPLE_PBTXT))
     ModelVersion.objects.filter(number=1).update(state=VersionState.READY)
 
 

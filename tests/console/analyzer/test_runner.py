@@ -13,7 +13,7 @@ from asgiref.sync import sync_to_async
 from console.analyzer import services
 from console.analyzer.models import Analysis, AnalysisState
 from console.analyzer.runner import AnalysisRunner
-from console.registry import services as registry
+from console.registry.services import lookups
 from engine.analysis import TEMPORARY_VERSION
 from tests.console.registry.conftest import SIMPLE_PBTXT
 from tests.console.registry.engine_helpers import infer, reconcile_once, register
@@ -35,7 +35,7 @@ async def served(engine, operator, simple_onnx):
 
 @sync_to_async
 def start(actor, request: services.AnalysisRequest = TWO_CONFIGS, on_queued=None) -> int:
-    return services.start_analysis(actor, registry.get_model("simple"), request, on_queued=on_queued).pk
+    return services.start_analysis(actor, lookups.get_model("simple"), request, on_queued=on_queued).pk
 
 
 @sync_to_async

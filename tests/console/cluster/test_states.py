@@ -10,9 +10,9 @@ from django.utils import timezone
 
 from console.cluster.models import FORGOTTEN_AFTER, Replica, VersionOnReplica
 from console.cluster.states import ReplicaStates, beat, mark_stopped
-from console.registry import services
 from console.registry.desired import mark_loading, read_plans, record_outcome
 from console.registry.models import ModelVersion, RegisteredModel, VersionState
+from console.registry.services import v2_actions
 
 pytestmark = pytest.mark.django_db
 
@@ -141,5 +141,5 @@ def test_a_v2_load_hears_of_the_failure_on_its_own_replica(version):
     replicas("a", "b")
     record_outcome("a", "digits", {1}, {})
     record_outcome("b", "digits", set(), {1: "no room on the GPU"})
-    assert services.failures_of("digits", [1], "b") == "version 1: no room on the GPU"
-    assert services.failures_of("digits", [1], "a") == ""
+    assert v2_actions.failures_of("digits", [1], "b") == "version 1: no room on the GPU"
+    assert v2_actions.failures_of("digits", [1], "a") == ""

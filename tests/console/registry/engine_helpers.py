@@ -9,9 +9,9 @@ from collections.abc import Callable
 import numpy as np
 from asgiref.sync import sync_to_async
 
-from console.registry import services
 from console.registry.models import ModelVersion
 from console.registry.reconciler import Reconciler
+from console.registry.services import lookups, model_actions, new_versions
 from engine.server import InferenceServer
 from engine.types import InferenceRequest, InferenceResponse
 from tests.console.registry.conftest import model_file
@@ -42,22 +42,22 @@ def register(actor, name: str, files: list[bytes], config: str | None = None) ->
     """Register `name` and upload one version per file (the first becomes active)."""
     from console.registry.uploads import parse_config_text
 
-    model = services.register_model(actor, name)
+    model = model_actions.register_model(actor, name)
     for content in files:
         parsed = parse_config_text(config) if config else None
-        services.add_version(actor, model, model_file(content), config=parsed)
+        new_versions.add_version(actor, model, model_file(content), config=parsed)
 
 
 @sync_to_async
 def add(actor, name: str, content: bytes, activate: bool = False) -> int:
     """Upload one more version of a registered model; its number."""
-    return services.add_version(actor, services.get_model(name), model_file(content), activate=activate).number
+    return new_versions.add_version(actor, lookups.get_model(name), model_file(content), activate=activate).number
 
 
 @sync_to_async
 def change(action: Callable, actor, name: str, number: int) -> None:
     """Apply a services action (activate, load_version, unload_version, delete_version) to one version."""
-    action(actor, services.get_version(name, number))
+    action(actor, lookups.get_version(name, number))
 
 
 @sync_to_async

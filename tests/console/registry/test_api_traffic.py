@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from console.registry import services
 from console.registry.models import AuditEvent, ModelVersion, RegisteredModel, VersionState
+from console.registry.services import lookups, refusals, traffic_actions, v2_actions
 from tests.console.registry.conftest import model_file, upload
 
 pytestmark = pytest.mark.django_db
@@ -89,8 +89,8 @@ def test_viewers_read_but_may_not_change_traffic(as_viewer, viewer):
     assert as_viewer.put(URL, CANARY, format="json").status_code == 403
     assert as_viewer.post(URL + "/promote").status_code == 403
     assert as_viewer.post(URL + "/rollback").status_code == 403
-    with pytest.raises(services.RegistryError, match="'vera' may not change the traffic of model 'simple'"):
-        services.set_traffic_policy(viewer, services.get_model("simple"), CANARY)
+    with pytest.raises(refusals.RegistryError, match="'vera' may not change the traffic of model 'simple'"):
+        traffic_actions.set_traffic_policy(viewer, lookups.get_model("simple"), CANARY)
     assert stored() == {}
 
 
@@ -157,7 +157,7 @@ def test_a_version_in_the_policy_cannot_be_unloaded_or_deleted(as_operator):
 def test_an_automatic_rollback_is_audited_and_resets_the_desired_state(as_operator):
     as_operator.put(URL, CANARY, format="json")
     rolled = stored()
-    services.record_automatic_rollback("simple", rolled, "the candidate failed 100% of 5 requests")
+    traffic_actions.record_automatic_rollback("simple", rolled, "the candidate failed 100% of 5 requests")
     assert stored()["mode"] == "active"
     event = last_event("traffic.rollback")
     assert event.actor_name == "system"
@@ -169,14 +169,14 @@ def test_an_automatic_rollback_keeps_a_policy_changed_since(as_operator):
     as_operator.put(URL, CANARY, format="json")
     rolled = stored()
     as_operator.put(URL, {"mode": "shadow", "candidate": 2}, format="json")
-    services.record_automatic_rollback("simple", rolled, "too slow")
+    traffic_actions.record_automatic_rollback("simple", rolled, "too slow")
     assert stored()["mode"] == "shadow"
     assert last_event("traffic.rollback").detail["desired"] == "kept"
 
 
 def test_a_v2_unload_ends_the_policy(as_operator, operator):
     as_operator.put(URL, CANARY, format="json")
-    assert services.v2_unload(operator, "simple")
+    assert v2_actions.v2_unload(operator, "simple")
     assert stored()["mode"] == "active"
     assert last_event("v2.unload").detail["traffic_policy"]["mode"] == "canary"
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from console.registry import services
 from console.registry.models import AuditEvent, ModelVersion, RegisteredModel
+from console.registry.services import lookups, version_actions
 from tests.console.accounts.conftest import signed_in
 from tests.console.registry.conftest import ensemble_pbtxt, model_file, upload, upload_config
 
@@ -61,8 +61,8 @@ def test_it_reads_only_the_active_config_of_each_ensemble(as_operator):
     newer = ModelVersion.objects.create(
         model=pair, number=2, state="READY", config={**pair.active_version.config, "ensemble_scheduling": {"step": []}}
     )
-    services.activate("system", newer)
-    assert services.ensembles_using("simple") == []
+    version_actions.activate("system", newer)
+    assert lookups.ensembles_using("simple") == []
     assert as_operator.delete("/api/models/simple/").status_code == 204
 
 

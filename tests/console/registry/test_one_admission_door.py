@@ -12,8 +12,8 @@ from django.urls import resolve
 from rest_framework.test import APIRequestFactory, force_authenticate
 
 from console.hosting.runtime import RUNTIME_KEY
-from console.registry import services
 from console.registry.models import ModelVersion, VersionState
+from console.registry.services import lookups
 from console.registry.v2_hooks import _new_version
 from engine import admission, sandbox
 from engine import server as server_module
@@ -163,7 +163,7 @@ def test_a_refused_caller_is_still_refused_before_anything_is_recorded(as_operat
 def test_a_v2_load_with_files_is_admitted_with_the_serving_servers_gpus(operator, simple_onnx, trial_gpus):
     config = {"instance_group": [{"kind": "KIND_GPU", "count": 1}]}
     files = {PurePosixPath("1/model.onnx"): simple_onnx}
-    assert _new_version(services.caller_of(operator), "simple", files, config, InferenceServer(gpu_count=1))
+    assert _new_version(lookups.caller_of(operator), "simple", files, config, InferenceServer(gpu_count=1))
     version = ModelVersion.objects.get()
     assert (version.state, version.config["instance_group"][0]["kind"]) == (VersionState.PENDING, "KIND_GPU")
     assert trial_gpus == [1]

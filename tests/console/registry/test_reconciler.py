@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from asgiref.sync import sync_to_async
 
-from console.registry import services
+from console.registry.services import lookups, model_actions, new_versions, version_actions
 from engine.server import InferenceServer
 from tests.console.registry.engine_helpers import (
     add,
@@ -36,12 +36,12 @@ async def test_it_switches_the_served_version_on_activation_and_back(engine, ope
     assert served_version(engine) == 1
     assert (await infer(engine, version=2)).model_version == 2  # both versions load
 
-    await change(services.activate, operator, "simple", 2)
+    await change(version_actions.activate, operator, "simple", 2)
     await reconcile_once(engine)
     assert served_version(engine) == 2
     assert (await infer(engine)).model_version == 2
 
-    await change(services.activate, operator, "simple", 1)
+    await change(version_actions.activate, operator, "simple", 1)
     await reconcile_once(engine)
     assert (await infer(engine)).model_version == 1
 
@@ -49,13 +49,13 @@ async def test_it_switches_the_served_version_on_activation_and_back(engine, ope
 async def test_it_unloads_a_version_nobody_wants(engine, operator, simple_onnx):
     await register(operator, "simple", [simple_onnx, simple_onnx])
     await reconcile_once(engine)
-    await change(services.unload_version, operator, "simple", 2)
+    await change(version_actions.unload_version, operator, "simple", 2)
     await reconcile_once(engine)
     assert await states("simple") == {1: ("READY", ""), 2: ("UNLOADED", "")}
     assert engine.model_ready("simple", 1)
     assert not engine.model_ready("simple", 2)
 
-    await change(services.load_version, operator, "simple", 2)
+    await change(version_actions.load_version, operator, "simple", 2)
     await reconcile_once(engine)
     assert engine.model_ready("simple", 2)
     assert served_version(engine) == 1
@@ -84,7 +84,7 @@ async def test_a_version_that_fails_in_the_engine_is_failed_and_the_active_one_k
 async def test_it_unloads_a_deleted_model(engine, operator, simple_onnx):
     await register(operator, "simple", [simple_onnx])
     await reconcile_once(engine)
-    await sync_to_async(services.delete_model)(operator, await sync_to_async(services.get_model)("simple"))
+    await sync_to_async(model_actions.delete_model)(operator, await sync_to_async(lookups.get_model)("simple"))
     await reconcile_once(engine)
     assert not engine.model_ready("simple")
 
@@ -93,8 +93,8 @@ async def test_a_restart_comes_back_serving_the_same_active_versions(engine, ope
     await register(operator, "simple", [simple_onnx, simple_onnx, simple_onnx])
     await register(operator, "other", [simple_onnx, simple_onnx])
     await reconcile_once(engine)
-    await change(services.activate, operator, "simple", 2)
-    await change(services.unload_version, operator, "simple", 3)
+    await change(version_actions.activate, operator, "simple", 2)
+    await change(version_actions.unload_version, operator, "simple", 3)
     await reconcile_once(engine)
     before = {name: served_version(engine, name) for name in ("simple", "other")}
     assert before == {"simple": 2, "other": 1}
@@ -113,7 +113,7 @@ async def test_a_restart_comes_back_serving_the_same_active_versions(engine, ope
 
 async def test_it_converges_from_what_start_up_loaded_from_the_store(operator, simple_onnx, store):
     await register(operator, "simple", [simple_onnx, simple_onnx])
-    await change(services.unload_version, operator, "simple", 2)
+    await change(version_actions.unload_version, operator, "simple", 2)
     server = InferenceServer(store)
     await server.start(load_models=True)  # the store's version policy serves the latest: version 2
     try:
@@ -129,7 +129,7 @@ async def test_the_loop_follows_a_change_message_without_waiting_for_its_period(
     reconciler_for(engine, period=3600).start()  # only the first pass and the message can act
     await eventually(lambda: engine.model_ready("simple", 2))
     assert served_version(engine) == 1
-    await change(services.activate, operator, "simple", 2)
+    await change(version_actions.activate, operator, "simple", 2)
     await eventually(lambda: served_version(engine) == 2)
     assert (await infer(engine)).model_version == 2
 
@@ -141,12 +141,14 @@ async def test_each_version_keeps_its_own_config_and_a_rollback_brings_it_back(e
 
     await register(operator, "simple", [simple_onnx], config=SIMPLE_PBTXT)
     smaller = parse_config_text(SIMPLE_PBTXT.replace("max_batch_size: 8", "max_batch_size: 2"))
-    model = await sync_to_async(services.get_model)("simple")
-    await sync_to_async(services.add_version)(operator, model, model_file(simple_onnx), config=smaller, activate=True)
+    model = await sync_to_async(lookups.get_model)("simple")
+    await sync_to_async(new_versions.add_version)(
+        operator, model, model_file(simple_onnx), config=smaller, activate=True
+    )
     await reconcile_once(engine)
     assert served_version(engine) == 2
     assert (engine.model_config("simple", 1).max_batch_size, engine.model_config("simple", 2).max_batch_size) == (8, 2)
-    await change(services.activate, operator, "simple", 1)
+    await change(version_actions.activate, operator, "simple", 1)
     await reconcile_once(engine)
     assert served_version(engine) == 1 and engine.model_config("simple").max_batch_size == 8
     assert "max_batch_size: 8" in (store / "simple" / "config.pbtxt").read_text()

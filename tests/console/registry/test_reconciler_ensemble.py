@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from asgiref.sync import sync_to_async
 
-from console.registry import services
+from console.registry.services import model_actions, new_versions
 from console.registry.uploads import parse_config_text
 from engine.types import InferenceRequest
 from tests.console.registry.conftest import ensemble_pbtxt
@@ -17,8 +17,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @sync_to_async
 def register_ensemble(actor, name: str) -> None:
-    model = services.register_model(actor, name)
-    services.add_version(actor, model, None, config=parse_config_text(ensemble_pbtxt(name)))
+    model = model_actions.register_model(actor, name)
+    new_versions.add_version(actor, model, None, config=parse_config_text(ensemble_pbtxt(name)))
 
 
 async def test_it_serves_an_ensemble_uploaded_without_a_model_file(engine, operator, simple_onnx):

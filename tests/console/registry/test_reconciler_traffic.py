@@ -8,8 +8,8 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from console.hosting.runtime import Runtime
-from console.registry import services
 from console.registry.models import AuditEvent, RegisteredModel
+from console.registry.services import lookups, model_actions, new_versions, traffic_actions, version_actions
 from console.registry.uploads import parse_config_text
 from engine.server import InferenceServer
 from engine.settings import GrpcSettings
@@ -35,13 +35,13 @@ SCALE_PBTXT = to_pbtxt(python_config("scale", [("X", "TYPE_FP32", [2])], [("Y", 
 
 @sync_to_async
 def set_policy(actor, name: str, policy: dict) -> None:
-    services.set_traffic_policy(actor, services.get_model(name), policy)
+    traffic_actions.set_traffic_policy(actor, lookups.get_model(name), policy)
 
 
 @sync_to_async
 def act(action, actor, name: str) -> None:
     """promote_traffic or rollback_traffic on a model."""
-    action(actor, services.get_model(name))
+    action(actor, lookups.get_model(name))
 
 
 @sync_to_async
@@ -68,7 +68,7 @@ async def test_it_puts_the_desired_policy_in_force_and_takes_it_back(engine, ope
     assert {(await infer(engine)).model_version for _ in range(5)} == {2}  # weight 0: no request for version 1
     assert (await infer(engine, version=1)).model_version == 1  # a request naming a version gets it
 
-    await act(services.rollback_traffic, operator, "simple")
+    await act(traffic_actions.rollback_traffic, operator, "simple")
     await reconcile_once(engine)
     assert in_force(engine)["mode"] == "active"
     assert {(await infer(engine)).model_version for _ in range(5)} == {1}
@@ -81,7 +81,7 @@ async def test_a_promotion_switches_the_active_version_and_ends_the_shadow(engin
     await reconcile_once(engine)
     assert in_force(engine)["candidate"] == 2
     await infer(engine)
-    await act(services.promote_traffic, operator, "simple")
+    await act(traffic_actions.promote_traffic, operator, "simple")
     await reconcile_once(engine)
     assert served_version(engine) == 2
     assert in_force(engine)["mode"] == "active"
@@ -93,8 +93,8 @@ async def test_a_policy_gives_way_before_a_version_it_used_is_unloaded(engine, o
     await set_policy(operator, "simple", {"mode": "canary", "weights": {"1": 50, "2": 50}})
     await reconcile_once(engine)
     # both changes land before the next pass: the engine still has the canary when version 2 should go
-    await act(services.rollback_traffic, operator, "simple")
-    await change(services.unload_version, operator, "simple", 2)
+    await act(traffic_actions.rollback_traffic, operator, "simple")
+    await change(version_actions.unload_version, operator, "simple", 2)
     await reconcile_once(engine)
     assert in_force(engine)["mode"] == "active"
     assert engine.model_ready("simple", 1) and not engine.model_ready("simple", 2)
@@ -132,10 +132,10 @@ async def runtime(settings, store):
 @sync_to_async
 def register_scale(admin) -> None:
     """`scale` with versions 1, 2 and 3 (python: uploaded by an admin)."""
-    model = services.register_model(admin, "scale")
+    model = model_actions.register_model(admin, "scale")
     config = parse_config_text(SCALE_PBTXT)
     for _ in range(3):
-        services.add_version(admin, model, model_file(SCALE.encode(), "model.py"), config=config)
+        new_versions.add_version(admin, model, model_file(SCALE.encode(), "model.py"), config=config)
 
 
 async def test_an_automatic_rollback_is_audited_with_its_reason_and_becomes_the_desired_state(runtime, admin):

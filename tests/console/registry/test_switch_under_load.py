@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from console.registry import services
+from console.registry.services import version_actions
 from engine.server import InferenceServer
 from tests.console.registry.engine_helpers import (
     change,
@@ -24,7 +24,7 @@ CLIENTS = 32
 
 async def test_a_switch_under_32_concurrent_clients_fails_no_request(operator, simple_onnx, store):
     await register(operator, "simple", [simple_onnx, simple_onnx])
-    await change(services.unload_version, operator, "simple", 2)  # version 2 loads only when activated
+    await change(version_actions.unload_version, operator, "simple", 2)  # version 2 loads only when activated
     server = InferenceServer(store)
     await server.start(load_models=False)
     await reconcile_once(server)
@@ -59,11 +59,11 @@ async def test_a_switch_under_32_concurrent_clients_fails_no_request(operator, s
     try:
         await asyncio.wait_for(all_running.wait(), 60)
         before = sum(seen.values())
-        await change(services.load_version, operator, "simple", 2)
+        await change(version_actions.load_version, operator, "simple", 2)
         await reconcile_once(server)  # loads version 2 next to 1 while traffic flows
-        await change(services.activate, operator, "simple", 2)
+        await change(version_actions.activate, operator, "simple", 2)
         await reconcile_once(server)  # switches
-        await change(services.unload_version, operator, "simple", 1)
+        await change(version_actions.unload_version, operator, "simple", 1)
         await reconcile_once(server)  # drains and unloads version 1 under traffic
         await asyncio.wait_for(saw_new.wait(), 60)
         after_switch = sum(seen.values())

@@ -10,8 +10,9 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from console.hosting.runtime import Runtime
-from console.registry import ensemble_graph, services
+from console.registry import ensemble_graph
 from console.registry.models import RegisteredModel
+from console.registry.services import model_actions, new_versions
 from console.registry.uploads import parse_config_text
 from engine.server import InferenceServer
 from engine.settings import GrpcSettings
@@ -39,8 +40,8 @@ async def stored_cycle(operator, simple_onnx, monkeypatch):
 
 
 def add_ensemble(actor, name: str, calls: str) -> None:
-    model = services.register_model(actor, name)
-    services.add_version(actor, model, None, config=parse_config_text(ensemble_pbtxt(name, model=calls)))
+    model = model_actions.register_model(actor, name)
+    new_versions.add_version(actor, model, None, config=parse_config_text(ensemble_pbtxt(name, model=calls)))
 
 
 async def test_a_restart_serves_the_rest_and_fails_the_cycle_with_its_reason(stored_cycle, store):
@@ -113,13 +114,14 @@ async def test_ready_answers_503_when_the_runtime_failed_to_start(settings, tmp_
 
 # run by `manage.py shell`: ping and pong calling each other, stored as the release before the check stored them
 STORE_CYCLE = """
-from console.registry import ensemble_graph, services
+from console.registry import ensemble_graph
+from console.registry.services import model_actions, new_versions
 from console.registry.uploads import parse_config_text
 from tests.console.registry.conftest import ensemble_pbtxt
 ensemble_graph.cycle_problem = lambda *args, **kwargs: None
 for name, calls in (("ping", "pong"), ("pong", "ping")):
-    model = services.register_model(None, name)
-    services.add_version(None, model, None, config=parse_config_text(ensemble_pbtxt(name, model=calls)))
+    model = model_actions.register_model(None, name)
+    new_versions.add_version(None, model, None, config=parse_config_text(ensemble_pbtxt(name, model=calls)))
 """
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from console.registry import services
 from console.registry.importer import import_repository
 from console.registry.models import ModelVersion, RegisteredModel
+from console.registry.services import lookups
 from console.registry.v2_hooks import _new_version
 from engine.errors import InvalidArgument
 from tests.console.registry import conftest as registry_cast
@@ -82,7 +82,7 @@ def test_it_refuses_a_v2_load_whose_config_closes_a_cycle(as_operator, operator)
     closing = {"ensemble_scheduling": {"step": [{"model_name": "pong", "input_map": {"INPUT0": "A"}}]}}
     closing["ensemble_scheduling"]["step"][0]["output_map"] = {"OUTPUT0": "SUM"}
     with pytest.raises(InvalidArgument, match="ensemble 'ping' -> 'pong' -> 'ping' is a cycle"):
-        _new_version(services.caller_of(operator), "ping", None, closing)
+        _new_version(lookups.caller_of(operator), "ping", None, closing)
     assert versions_of("ping") == [1]
 
 

@@ -14,7 +14,7 @@ from console.accounts.log_masking import QuietClientErrors
 from console.accounts.roles import Role
 from console.hosting.access_log import MaskedAccessLog, QueryMaskingFilter, mask_query
 from console.hosting.websocket_origin import origin_allowed
-from console.registry import services
+from console.registry.services import model_actions, new_versions, refusals
 from console.registry.store import ModelStore
 from console.settings_parts import database_settings
 from tests.console.accounts.conftest import PASSWORD, make_user
@@ -110,12 +110,12 @@ def test_a_dashboard_socket_must_come_from_this_origin_port_included(settings):
 
 @pytest.mark.django_db
 def test_names_one_filesystem_would_confuse_are_refused(operator):
-    services.register_model(operator, "simple")
-    with pytest.raises(services.Conflict, match="only in case"):
-        services.register_model(operator, "Simple")
+    model_actions.register_model(operator, "simple")
+    with pytest.raises(refusals.Conflict, match="only in case"):
+        model_actions.register_model(operator, "Simple")
     for name in ("con", "NUL", "a."):
         with pytest.raises(Exception, match="model name|device name|may not end"):
-            services.register_model(operator, name)
+            model_actions.register_model(operator, name)
 
 
 def test_the_database_file_is_private(tmp_path):
@@ -143,9 +143,9 @@ def test_a_failed_upload_shows_no_server_path(settings, tmp_path, operator):
     from tests.console.registry.conftest import model_file
 
     settings.INFERA = settings.INFERA.replace(model_store=tmp_path / "store")
-    model = services.register_model(operator, "simple")
-    with pytest.raises(services.RegistryError) as refused:
-        services.add_version(operator, model, model_file(b"junk", "model.onnx"))
+    model = model_actions.register_model(operator, "simple")
+    with pytest.raises(refusals.RegistryError) as refused:
+        new_versions.add_version(operator, model, model_file(b"junk", "model.onnx"))
     assert str(tmp_path) not in refused.value.message and "model.onnx" in refused.value.message
     assert not Path(str(tmp_path)).joinpath("store", ".staging").exists() or not any(
         (tmp_path / "store" / ".staging").iterdir()

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from console.registry import services
 from console.registry.models import ModelVersion, RegisteredModel, VersionState
+from console.registry.services import lookups
 from tests.console.registry import conftest as registry_cast
 from tests.console.registry.conftest import model_file, upload
 
@@ -30,7 +30,7 @@ def test_it_refuses_a_canary_weight_out_of_range(as_operator, weight):
     answer = as_operator.put(URL, {"mode": "canary", "weights": {"1": 90, "2": weight}}, format="json")
     assert answer.status_code == 400, answer.content
     assert "the weight of version 2 must be from 0 to 100" in str(answer.json())
-    assert RegisteredModel.objects.get(name="simple").traffic_policy in ({}, services.ACTIVE_POLICY)
+    assert RegisteredModel.objects.get(name="simple").traffic_policy in ({}, lookups.ACTIVE_POLICY)
 
 
 def test_it_refuses_a_weight_that_is_no_number(as_operator):

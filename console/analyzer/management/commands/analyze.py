@@ -19,7 +19,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from console.analyzer import services
 from console.analyzer.models import OPEN_STATES, Analysis, AnalysisState
 from console.analyzer.runner import AnalysisRunner
-from console.registry import services as registry
+from console.registry.services import lookups, refusals
 from console.registry.store import get_store
 from engine.api import InferaError, InferenceServer, parse_config_json
 
@@ -70,8 +70,8 @@ class Command(BaseCommand):
             seconds_per_point=options["seconds"],
         )
         try:
-            analysis = services.start_analysis(ACTOR, registry.get_model(options["model"]), request)
-        except registry.RegistryError as exc:
+            analysis = services.start_analysis(ACTOR, lookups.get_model(options["model"]), request)
+        except refusals.RegistryError as exc:
             raise CommandError(exc.message) from None
         plan = analysis.plan
         self.stdout.write(
@@ -126,7 +126,7 @@ class Command(BaseCommand):
     def apply(self, analysis: Analysis) -> None:
         try:
             version = services.apply_analysis(ACTOR, analysis)
-        except registry.RegistryError as exc:
+        except refusals.RegistryError as exc:
             raise CommandError(exc.message) from None
         self.stdout.write(f"Applied as version {version.number} of '{analysis.model.name}' (active once READY)")
 
@@ -143,7 +143,7 @@ async def run_here(analysis: Analysis) -> None:
     job = await database_sync_to_async(services.claim_next)()
     if job is None or job.id != analysis.pk:
         raise CommandError(f"analysis {analysis.pk} was taken by a serving process; follow it in the console")
-    version = await database_sync_to_async(registry.get_version)(analysis.model.name, analysis.version)
+    version = await database_sync_to_async(lookups.get_version)(analysis.model.name, analysis.version)
     server = InferenceServer(settings.INFERA.model_store, settings=settings.INFERA.engine)
     await server.start(load_models=False)
     try:

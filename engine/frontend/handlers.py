@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -121,9 +122,27 @@ class _Routing:
         self.route: VersionRoute | None = None
 
     def config_of(self, parameters: Any) -> ModelConfig:
-        """The config of the version the request runs on (a ConfigChoice for the decoder)."""
+        """The config of the version the request runs on (a ConfigChoice for the decoder, on the event loop)."""
         self.route = self.server.route(RequestKey.of(self.model, self.version, parameters))
         return self.route.served.config
+
+    def config_from_thread(self, loop: asyncio.AbstractEventLoop) -> ConfigChoice:
+        """`config_of` for a decoder on a worker thread: the router reads the model manager, which changes on the
+        loop only, so the choice is made there while the thread waits."""
+
+        def choose(parameters: Any) -> ModelConfig:
+            chosen: concurrent.futures.Future[ModelConfig] = concurrent.futures.Future()
+
+            def on_loop() -> None:
+                try:
+                    chosen.set_result(self.config_of(parameters))
+                except BaseException as exc:  # noqa: BLE001 - handed to the thread, which raises it
+                    chosen.set_exception(exc)
+
+            loop.call_soon_threadsafe(on_loop)
+            return chosen.result()
+
+        return choose
 
     def refused(self, protocol: str = "http") -> None:
         """A request refused before queueing is still a failed request (as Triton), of the version it was routed
@@ -166,12 +185,13 @@ async def infer(server: InferenceServer, incoming: Incoming) -> Reply:
     regions = server.shared_memory.of(incoming.principal, on_loop=not off_loop)
     try:
         if off_loop:
-            request = await asyncio.to_thread(_decode, incoming, routing.config_of, version, regions)
+            from_thread = routing.config_from_thread(asyncio.get_running_loop())
+            request = await asyncio.to_thread(_decode, incoming, from_thread, version, regions)
         else:
             try:
                 request = _decode(incoming, routing.config_of, version, regions)
             except CopyOffLoop:  # a small body naming more shared memory than the loop should copy
-                config = routing.route.served.config if routing.route is not None else routing.config_of
+                config = routing.route.served.config  # type: ignore[union-attr]  # routed before any copy
                 request = await asyncio.to_thread(_decode, incoming, config, version, regions)
     except InferaError:
         routing.refused()

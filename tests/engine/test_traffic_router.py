@@ -4,6 +4,7 @@ policy whose versions take other inputs or give other outputs than the active on
 from __future__ import annotations
 
 import shutil
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,7 @@ import tritonclient.grpc.aio as aioclient
 
 from engine.config_format import parse_config_pbtxt
 from engine.errors import IncompatibleVersion
-from engine.frontend import V2App
+from engine.frontend import V2App, handlers
 from engine.frontend.grpc_server import GrpcFrontEnd
 from engine.server import InferenceServer, RequestKey
 from engine.settings import EngineSettings, GrpcSettings
@@ -148,3 +149,21 @@ async def test_it_routes_a_grpc_request_once_and_decodes_it_against_the_canarys_
     finally:
         await client.close()
         await front_end.stop()
+
+
+async def test_it_routes_a_large_body_on_the_event_loop_while_a_thread_decodes_it(server, monkeypatch):
+    app = V2App(server, max_body_bytes=4 * 1024 * 1024)
+    server.set_traffic_policy("scale", TrafficPolicy(mode="canary", weights={1: 0, 2: 100}))
+    threads: list[str] = []
+    route = server.router.route
+
+    def recording(request):
+        threads.append(threading.current_thread().name)
+        return route(request)
+
+    monkeypatch.setattr(server.router, "route", recording)
+    document = orjson.loads(infer_body([1.0, 1.0, 1.0]))
+    large = orjson.dumps({**document, "id": "x" * (handlers.DECODE_ON_LOOP_BYTES + 1)})
+    answer = await call(app, "POST", "/v2/models/scale/infer", large)
+    assert answer.status == 200 and answer.json()["model_version"] == "2"
+    assert threads == [threading.main_thread().name]  # the model manager is read on the loop alone

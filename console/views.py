@@ -7,8 +7,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from console.accounts.permissions import can_view_models
-from console.hosting.runtime import runtime_of
 from console.overview import build_overview
+from console.runtime_of import runtime_of
 
 
 @login_required

@@ -17,11 +17,11 @@ from console.analyzer.serializers import (
     AnalysisStartSerializer,
     AnalysisSummarySerializer,
 )
-from console.hosting.runtime import runtime_of
 from console.parsers import JSONParser
 from console.registry.api import ErrorSerializer, RegistryAPIView
 from console.registry.serializers import VersionDetailSerializer
 from console.registry.services import lookups
+from console.runtime_of import runtime_of
 
 LISTED = 50
 

@@ -16,8 +16,9 @@ from typing import Any
 from console.config import InferaSettings
 from console.forwarded import ForwardedHeaders, trusted_networks
 from console.hosting.body_gate import BodyGate
-from console.hosting.runtime import RUNTIME_KEY, Runtime
+from console.hosting.runtime import Runtime
 from console.peers.identity import ProcessIdentity
+from console.runtime_of import RUNTIME_KEY
 from engine.api import Reply, Route
 
 Scope = MutableMapping[str, Any]

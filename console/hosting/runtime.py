@@ -1,9 +1,10 @@
 """What this process runs, built once and started in one stated order: the console's runtime.
 
 The ASGI application (composition.py) owns one Runtime and puts it in every connection's scope under
-RUNTIME_KEY, so views, the API and WebSocket consumers reach the engine through `runtime_of(...)` and never through
-a module global. Start-up order, each step after the one before (a worker of `serve --workers` without Redis
-first joins its host's other workers on the channel layer, console/peers/layer.py, so change notices reach it):
+RUNTIME_KEY, so views, the API and WebSocket consumers reach the engine through `runtime_of(...)`
+(console/runtime_of.py) and never through a module global. Start-up order, each step after the one before (a
+worker of `serve --workers` without Redis first joins its host's other workers on the channel layer,
+console/peers/layer.py, so change notices reach it):
 
 0. the /v2 token cache listens for revoked tokens and changed users (console/accounts/revocations.py);
 1. the model store exists (a new install starts with an empty store) and old staging leftovers are swept;
@@ -27,8 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Mapping
-from typing import Any
+from collections.abc import Awaitable
 
 from channels.layers import get_channel_layer
 
@@ -49,7 +49,6 @@ from engine.api import GrpcFrontEnd, InferenceServer, MetricsApp, MetricsSampler
 
 logger = logging.getLogger("console.runtime")
 
-RUNTIME_KEY = "infera.runtime"
 START_ORDER = ("peers", "credentials", "store", "heartbeat", "grpc", "engine", "reconcile", "follow", "monitoring")
 
 
@@ -238,12 +237,3 @@ class Runtime:
         if self.server.draining:
             return "stopping"
         return "ready" if self.server.is_ready() else "loading"
-
-
-def runtime_of(source: Any) -> Runtime | None:
-    """The runtime of a request (Django or DRF), a consumer's scope, or a scope; None outside a serving process."""
-    request = getattr(source, "_request", source)  # a DRF Request wraps Django's
-    scope = getattr(request, "scope", request)
-    if isinstance(scope, Mapping):
-        return scope.get(RUNTIME_KEY)
-    return None

@@ -19,11 +19,11 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
 from console.accounts.permissions import can_view_models
-from console.hosting.runtime import runtime_of
 from console.layer_tasks import EndingReceives
 from console.monitoring.cluster import ClusterView
 from console.monitoring.live import group_name
 from console.monitoring.pipelines import Selection, model_choices
+from console.runtime_of import runtime_of
 from engine.api import BACKLOG_SECONDS, InferenceServer
 
 DEFAULT_WINDOW_S = 300

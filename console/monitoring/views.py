@@ -6,8 +6,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from console.accounts.permissions import role_required
-from console.hosting.runtime import runtime_of
 from console.monitoring.pipelines import model_choices
+from console.runtime_of import runtime_of
 
 
 @role_required()

@@ -15,7 +15,6 @@ from rest_framework.views import APIView
 
 from console.accounts.permissions import CanManageModels
 from console.accounts.tokens import TokenAuthentication
-from console.hosting.runtime import runtime_of
 from console.parsers import JSONParser
 from console.registry.engine_status import engine_traffic
 from console.registry.models import ModelVersion, RegisteredModel, VersionState
@@ -33,6 +32,7 @@ from console.registry.serializers import (
 )
 from console.registry.services import lookups, model_actions, new_versions, refusals, traffic_actions, version_actions
 from console.registry.uploads import max_upload_bytes, too_large
+from console.runtime_of import runtime_of
 from engine.api import InferenceServer
 
 # room for the multipart framing, the notes and a config beside the file itself

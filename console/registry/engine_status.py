@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from console.hosting.runtime import runtime_of
+from console.runtime_of import runtime_of
 
 
 @dataclass(frozen=True)

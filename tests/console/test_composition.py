@@ -8,8 +8,9 @@ from types import SimpleNamespace
 import pytest
 
 from console.hosting.composition import InferaApplication, is_engine_path
-from console.hosting.runtime import RUNTIME_KEY, START_ORDER, Runtime, runtime_of
+from console.hosting.runtime import START_ORDER, Runtime
 from console.hosting.shutdown import Connections
+from console.runtime_of import RUNTIME_KEY, runtime_of
 from engine.frontend import Reply, Route
 from engine.frontend.lifespan import ServiceLifespan
 from engine.settings import GrpcSettings

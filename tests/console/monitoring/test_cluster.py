@@ -10,11 +10,11 @@ import pytest
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 
-from console.hosting.runtime import RUNTIME_KEY
 from console.monitoring.cluster import PENDING_MINUTE_SECONDS, ClusterView, cluster_message
 from console.monitoring.consumers import MetricsConsumer
 from console.monitoring.live import GroupPublisher
 from console.peers.identity import ProcessIdentity
+from console.runtime_of import RUNTIME_KEY
 from engine.monitoring.sampler import MetricsSampler
 from tests.engine.monitoring.stand_ins import FIXED_DEVICES, FakeClock, Served, ServedVersions, run_batch
 

@@ -10,9 +10,10 @@ from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from prometheus_client.parser import text_string_to_metric_families
 
-from console.hosting.runtime import RUNTIME_KEY, Runtime
+from console.hosting.runtime import Runtime
 from console.monitoring import live
 from console.monitoring.consumers import MetricsConsumer
+from console.runtime_of import RUNTIME_KEY
 from tests.engine.monitoring.doubling_model import doubler_request, write_doubler
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -9,8 +9,8 @@ from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
 
 from console.accounts.roles import set_role
-from console.hosting.runtime import RUNTIME_KEY
 from console.monitoring.views import monitoring
+from console.runtime_of import RUNTIME_KEY
 
 pytestmark = pytest.mark.django_db
 

@@ -11,10 +11,10 @@ import pytest
 from django.urls import resolve
 from rest_framework.test import APIRequestFactory, force_authenticate
 
-from console.hosting.runtime import RUNTIME_KEY
 from console.registry.models import ModelVersion, VersionState
 from console.registry.services import lookups
 from console.registry.v2_hooks import _new_version
+from console.runtime_of import RUNTIME_KEY
 from engine import admission, sandbox
 from engine import server as server_module
 from engine.server import InferenceServer

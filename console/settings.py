@@ -39,6 +39,7 @@ INSTALLED_APPS = [
     "console",
     "console.accounts",
     "console.monitoring",
+    "console.audit",
     "console.registry",
     "console.analyzer",
     "console.cluster",

@@ -8,6 +8,6 @@ from typing import Any
 
 def record(actor: Any, action: str, obj: str, **detail: Any) -> None:
     """One audit event about an account; `actor` is a user, a name, or None for the system (the shell)."""
-    from console.registry.models import AuditEvent
+    from console.audit.models import AuditEvent
 
     AuditEvent.record(actor if actor is not None else "system", action, obj, **detail)

@@ -29,7 +29,7 @@ ROLE_RANK: tuple[Role, ...] = (Role.ADMIN, Role.OPERATOR, Role.VIEWER, Role.INFE
 CONSOLE_ROLES = frozenset({Role.ADMIN, Role.OPERATOR, Role.VIEWER})
 
 # apps whose models operators manage and viewers read (labels that are not installed are skipped)
-MANAGED_APP_LABELS = ("registry", "monitoring")
+MANAGED_APP_LABELS = ("registry", "audit", "monitoring")
 
 _UNSET: Any = object()
 

@@ -8,7 +8,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from console.registry.models import RegisteredModel, actor_name, actor_user
+from console.audit.models import actor_name, actor_user
+from console.registry.models import RegisteredModel
 
 
 class AnalysisState(models.TextChoices):

@@ -20,7 +20,8 @@ from django.utils import timezone
 
 from console.analyzer.frontier import recommend
 from console.analyzer.models import OPEN_STATES, Analysis, AnalysisState
-from console.registry.models import AuditEvent, ModelVersion, RegisteredModel, VersionState
+from console.audit.models import AuditEvent
+from console.registry.models import ModelVersion, RegisteredModel, VersionState
 from console.registry.services import lookups, new_versions, refusals
 from engine.api import (
     Candidate,

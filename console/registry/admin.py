@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from console.registry.models import AuditEvent, ModelVersion, RegisteredModel
+from console.registry.models import ModelVersion, RegisteredModel
 
 
 class VersionInline(admin.TabularInline):
@@ -24,18 +24,4 @@ class RegisteredModelAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None) -> bool:
         """Deleting goes through the console: audited, its folder removed, refused while an ensemble calls it."""
-        return False
-
-
-@admin.register(AuditEvent)
-class AuditEventAdmin(admin.ModelAdmin):
-    list_display = ["created_at", "actor_name", "action", "object"]
-    list_filter = ["action"]
-    search_fields = ["object", "actor_name"]
-    readonly_fields = ["created_at", "actor", "actor_name", "action", "object", "detail"]
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
         return False

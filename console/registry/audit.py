@@ -24,10 +24,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from console.accounts.permissions import CanViewModels
+from console.audit.models import AuditEvent
 from console.listing import SortOrder
 from console.registry.api import RegistryAPIView
 from console.registry.forms import AUDIT_COLUMNS, AUDIT_ORDER, AuditFilterForm
-from console.registry.models import AuditEvent
 from console.registry.serializers import AuditEventSerializer
 
 CSV_HEADER = ("time_utc", "actor", "action", "object", "detail")

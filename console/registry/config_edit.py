@@ -18,8 +18,9 @@ from typing import Any
 
 from django.db import transaction
 
+from console.audit.models import AuditEvent
 from console.registry import ensemble_graph
-from console.registry.models import AuditEvent, ModelVersion, RegisteredModel
+from console.registry.models import ModelVersion, RegisteredModel
 from console.registry.services import lookups, new_versions, notices, refusals
 from console.registry.store import get_store
 from engine.api import (

@@ -12,8 +12,9 @@ from typing import Any
 from django import forms
 from django.db.models import Case, Count, F, Q, QuerySet, When
 
+from console.audit.models import AuditEvent
 from console.listing import Column
-from console.registry.models import AuditEvent, RegisteredModel, VersionState
+from console.registry.models import RegisteredModel, VersionState
 
 NO_ACTIVE_VERSION = "none"
 

@@ -17,8 +17,9 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from console.audit.models import actor_user
 from console.registry import ensemble_graph
-from console.registry.models import ModelVersion, RegisteredModel, VersionState, actor_user, model_name_validator
+from console.registry.models import ModelVersion, RegisteredModel, VersionState, model_name_validator
 from console.registry.services import model_actions
 from console.registry.store import ModelStore, folder_digest, get_store
 from engine.api import (

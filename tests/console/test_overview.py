@@ -7,8 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from console.audit.models import AuditEvent
 from console.overview import build_overview, device_gauges, formatted
-from console.registry.models import AuditEvent, ModelVersion, RegisteredModel, VersionState
+from console.registry.models import ModelVersion, RegisteredModel, VersionState
 from engine.lifecycle import ModelState, ModelStatus, VersionStatus
 from engine.monitoring.sampler import MetricsSampler
 from tests.engine.monitoring.stand_ins import FIXED_DEVICES, FakeClock, Served, ServedVersions, run_batch

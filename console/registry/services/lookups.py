@@ -10,13 +10,9 @@ from django.conf import settings
 from django.db.models import Q
 
 from console.accounts.principals import principal_for
+from console.audit.models import AuditEvent, actor_user
 from console.registry import ensemble_graph, pipeline
-from console.registry.models import (
-    AuditEvent,
-    ModelVersion,
-    RegisteredModel,
-    actor_user,
-)
+from console.registry.models import ModelVersion, RegisteredModel
 from console.registry.services.refusals import Conflict, NotFound, RegistryError
 from console.registry.store import get_store
 from engine.api import (

@@ -7,12 +7,8 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
-from console.registry.models import (
-    AuditEvent,
-    RegisteredModel,
-    actor_user,
-    model_name_validator,
-)
+from console.audit.models import AuditEvent, actor_user
+from console.registry.models import RegisteredModel, model_name_validator
 from console.registry.services.lookups import ensembles_using
 from console.registry.services.notices import notify_changed
 from console.registry.services.refusals import Conflict, in_use

@@ -13,15 +13,10 @@ from typing import Any
 from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
 
+from console.audit.models import AuditEvent, actor_user
 from console.outages import is_storage_full
 from console.registry import uploads
-from console.registry.models import (
-    AuditEvent,
-    ModelVersion,
-    RegisteredModel,
-    VersionState,
-    actor_user,
-)
+from console.registry.models import ModelVersion, RegisteredModel, VersionState
 from console.registry.services.lookups import admitting, caller_of, check_no_cycle, config_named, model_config
 from console.registry.services.model_actions import register_model
 from console.registry.services.notices import notify_changed

@@ -7,11 +7,8 @@ from typing import Any
 
 from django.db import transaction
 
-from console.registry.models import (
-    AuditEvent,
-    RegisteredModel,
-    VersionState,
-)
+from console.audit.models import AuditEvent
+from console.registry.models import RegisteredModel, VersionState
 from console.registry.services.lookups import ACTIVE_POLICY, caller_of, locked_model, switch_active, traffic_policy_of
 from console.registry.services.notices import notify_changed
 from console.registry.services.refusals import Conflict, RegistryError

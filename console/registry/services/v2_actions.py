@@ -6,12 +6,8 @@ from typing import Any
 
 from django.db import transaction
 
-from console.registry.models import (
-    AuditEvent,
-    ModelVersion,
-    RegisteredModel,
-    VersionState,
-)
+from console.audit.models import AuditEvent
+from console.registry.models import ModelVersion, RegisteredModel, VersionState
 from console.registry.services.lookups import ACTIVE_POLICY
 from console.registry.services.notices import notify_changed
 

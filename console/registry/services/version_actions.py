@@ -6,11 +6,8 @@ from typing import Any
 
 from django.db import transaction
 
-from console.registry.models import (
-    AuditEvent,
-    ModelVersion,
-    VersionState,
-)
+from console.audit.models import AuditEvent
+from console.registry.models import ModelVersion, VersionState
 from console.registry.services.lookups import (
     check_out_of_traffic,
     ensembles_using,

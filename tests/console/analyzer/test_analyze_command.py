@@ -8,7 +8,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from console.analyzer.models import Analysis, AnalysisState
-from console.registry.models import AuditEvent, ModelVersion, RegisteredModel, VersionState
+from console.audit.models import AuditEvent
+from console.registry.models import ModelVersion, RegisteredModel, VersionState
 from console.registry.services import model_actions, new_versions
 from console.registry.uploads import parse_config_text
 from tests.console.registry.conftest import SIMPLE_PBTXT, model_file

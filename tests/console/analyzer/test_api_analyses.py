@@ -9,7 +9,8 @@ from django.utils import timezone
 
 from console.analyzer import services
 from console.analyzer.models import Analysis, AnalysisState
-from console.registry.models import AuditEvent, ModelVersion, RegisteredModel, VersionState
+from console.audit.models import AuditEvent
+from console.registry.models import ModelVersion, RegisteredModel, VersionState
 from tests.console.registry.conftest import SIMPLE_PBTXT, model_file, upload
 
 pytestmark = pytest.mark.django_db

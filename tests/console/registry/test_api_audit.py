@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from console.registry.models import AuditEvent
+from console.audit.models import AuditEvent
 from tests.console.registry.conftest import model_file, upload
 
 pytestmark = pytest.mark.django_db

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from console.registry.models import AuditEvent, ModelVersion, RegisteredModel, VersionState
+from console.audit.models import AuditEvent
+from console.registry.models import ModelVersion, RegisteredModel, VersionState
 from engine.config_format import parse_config_pbtxt
 from tests.console.registry.conftest import SIMPLE_PBTXT, model_file, upload
 

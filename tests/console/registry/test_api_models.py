@@ -6,7 +6,8 @@ import pytest
 from rest_framework.test import APIClient
 
 from console.accounts.tokens import issue_token
-from console.registry.models import AuditEvent, RegisteredModel
+from console.audit.models import AuditEvent
+from console.registry.models import RegisteredModel
 from tests.console.registry.conftest import model_file, upload
 
 pytestmark = pytest.mark.django_db

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from console.registry.models import AuditEvent, ModelVersion, RegisteredModel, VersionState
+from console.audit.models import AuditEvent
+from console.registry.models import ModelVersion, RegisteredModel, VersionState
 from console.registry.services import lookups, refusals, traffic_actions, v2_actions
 from tests.console.registry.conftest import model_file, upload
 

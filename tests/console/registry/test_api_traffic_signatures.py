@@ -7,7 +7,8 @@ import copy
 
 import pytest
 
-from console.registry.models import AuditEvent, ModelVersion, RegisteredModel, VersionState
+from console.audit.models import AuditEvent
+from console.registry.models import ModelVersion, RegisteredModel, VersionState
 from tests.console.registry.conftest import model_file, upload
 
 pytestmark = pytest.mark.django_db

@@ -9,7 +9,8 @@ import tarfile
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from console.registry.models import AuditEvent, ModelVersion, VersionState
+from console.audit.models import AuditEvent
+from console.registry.models import ModelVersion, VersionState
 from tests.console.registry.conftest import SIMPLE_PBTXT, model_file, tar_gz_of, upload, zip_of
 from tests.engine.model_factory import SIMPLE_STRING_SOURCE, simple_string_config, to_pbtxt
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from console.audit.models import AuditEvent
 from console.demo.pipeline import PIPELINE_CONFIG, PREPROCESS_CONFIG, PREPROCESS_MODEL_PY
-from console.registry.models import AuditEvent, ModelVersion, RegisteredModel
+from console.registry.models import ModelVersion, RegisteredModel
 from tests.console.registry.conftest import (
     SIMPLE_PBTXT,
     ensemble_pbtxt,

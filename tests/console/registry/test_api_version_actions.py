@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from console.registry.models import AuditEvent, ModelVersion, RegisteredModel, VersionState
+from console.audit.models import AuditEvent
+from console.registry.models import ModelVersion, RegisteredModel, VersionState
 from tests.console.registry.conftest import SIMPLE_PBTXT, model_file, upload
 
 pytestmark = pytest.mark.django_db

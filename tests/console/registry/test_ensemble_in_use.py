@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from console.registry.models import AuditEvent, ModelVersion, RegisteredModel
+from console.audit.models import AuditEvent
+from console.registry.models import ModelVersion, RegisteredModel
 from console.registry.services import lookups, version_actions
 from tests.console.accounts.conftest import signed_in
 from tests.console.registry.conftest import ensemble_pbtxt, model_file, upload, upload_config

@@ -9,8 +9,9 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
+from console.audit.models import AuditEvent
 from console.demo.repository import smollm2_gguf
-from console.registry.models import AuditEvent, ModelVersion, RegisteredModel
+from console.registry.models import ModelVersion, RegisteredModel
 from tests.engine.model_factory import make_simple_onnx
 
 pytestmark = pytest.mark.django_db

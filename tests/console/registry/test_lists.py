@@ -8,7 +8,8 @@ import re
 
 import pytest
 
-from console.registry.models import AuditEvent, ModelVersion, RegisteredModel, VersionState
+from console.audit.models import AuditEvent
+from console.registry.models import ModelVersion, RegisteredModel, VersionState
 from tests.console.accounts.conftest import signed_in
 
 pytestmark = pytest.mark.django_db

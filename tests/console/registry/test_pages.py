@@ -7,7 +7,7 @@ import re
 import pytest
 from django.test import Client
 
-from console.registry.models import AuditEvent
+from console.audit.models import AuditEvent
 from tests.console.accounts.conftest import signed_in
 from tests.console.registry.conftest import model_file, upload
 

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 from asgiref.sync import sync_to_async
 
+from console.audit.models import AuditEvent
 from console.hosting.runtime import Runtime
-from console.registry.models import AuditEvent, RegisteredModel
+from console.registry.models import RegisteredModel
 from console.registry.services import lookups, model_actions, new_versions, traffic_actions, version_actions
 from console.registry.uploads import parse_config_text
 from engine.server import InferenceServer

@@ -12,7 +12,8 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from console.registry.models import AuditEvent, ModelVersion
+from console.audit.models import AuditEvent
+from console.registry.models import ModelVersion
 from console.registry.v2_hooks import RegistryRepositoryControl
 from tests.console.accounts.conftest import make_user
 from tests.console.registry.conftest import model_file, upload, zip_of

@@ -7,7 +7,8 @@ from pathlib import PurePosixPath
 import pytest
 
 from console.accounts.principals import principal_for
-from console.registry.models import AuditEvent, ModelVersion
+from console.audit.models import AuditEvent
+from console.registry.models import ModelVersion
 from console.registry.v2_hooks import RegistryRepositoryControl
 from engine.errors import Forbidden, LoadError
 from tests.console.registry.engine_helpers import (

@@ -9,7 +9,7 @@ import pytest
 from console.accounts.roles import Role
 from console.accounts.tokens import issue_token
 from console.accounts.user_admin import change_role, create_user, delete_user, reset_password, set_active
-from console.registry.models import AuditEvent
+from console.audit.models import AuditEvent
 from tests.console.accounts.conftest import make_user
 
 pytestmark = pytest.mark.django_db

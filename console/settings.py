@@ -42,7 +42,7 @@ INSTALLED_APPS = [
     "console.audit",
     "console.registry",
     "console.analyzer",
-    "console.cluster",
+    "console.registry.cluster",
     "drf_spectacular_sidecar",  # Swagger UI assets for /api/docs/, served locally
 ]
 

@@ -112,8 +112,8 @@ def build_application(
 
     django_app = get_asgi_application()  # sets Django up before anything below imports models
 
+    from console.hosting.routing import websocket_urlpatterns
     from console.hosting.websocket_origin import SameOriginValidator
-    from console.routing import websocket_urlpatterns
 
     return InferaApplication(
         django_app=BodyGate(django_app, settings),

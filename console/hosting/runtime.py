@@ -8,7 +8,7 @@ console/peers/layer.py, so change notices reach it):
 
 0. the /v2 token cache listens for revoked tokens and changed users (console/accounts/revocations.py);
 1. the model store exists (a new install starts with an empty store) and old staging leftovers are swept;
-   this replica's heartbeat starts (console/cluster: its row in the replica table, as INFERA_REPLICA_NAME);
+   this replica's heartbeat starts (console/registry/cluster: its row in the replica table, as INFERA_REPLICA_NAME);
 2. the gRPC front end listens (INFERA_GRPC_PORT; its health answers "not serving" until the engine is ready);
 3. the engine loads every model in the store;
 4. the reconciler converges the engine on the registry once (the active versions serve, traffic policies in force;
@@ -35,13 +35,13 @@ from channels.layers import get_channel_layer
 from console.accounts.inference_auth import TokenCache, make_v2_authenticator
 from console.accounts.revocations import RevocationListener
 from console.analyzer.runner import AnalysisRunner
-from console.cluster.heartbeat import Heartbeat
 from console.config import InferaSettings
 from console.hosting.shutdown import Connections
 from console.monitoring.cluster import ClusterListener, ClusterView
 from console.monitoring.live import GroupPublisher, cluster_enabled
 from console.peers.identity import ProcessIdentity
 from console.peers.layer import LocalPeerLayer
+from console.registry.cluster.heartbeat import Heartbeat
 from console.registry.reconciler import Reconciler
 from console.registry.store import ModelStore
 from console.registry.v2_hooks import RegistryRepositoryControl

@@ -1,4 +1,4 @@
-"""WebSocket routes of the monitoring app (included by console/routing.py)."""
+"""WebSocket routes of the monitoring app (included by console/hosting/routing.py)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """The database side of reconciliation: read what should serve, write back what the engine made of it.
 
-Each replica writes what its own engine made of each version (console/cluster/states.py); the version's registry
-state is the summary over the live replicas. A version that failed on this replica is left out of its plans until a
-retry (a load asked for again, a new config), while other replicas that serve it go on.
+Each replica writes what its own engine made of each version (console/registry/cluster/states.py); the version's
+registry state is the summary over the live replicas. A version that failed on this replica is left out of its plans
+until a retry (a load asked for again, a new config), while other replicas that serve it go on.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from django.db import transaction
 
-from console.cluster import states
+from console.registry.cluster import states
 from console.registry.models import ModelVersion, RegisteredModel, VersionState
 from console.registry.store import get_store
 

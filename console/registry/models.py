@@ -165,7 +165,7 @@ class ModelVersion(models.Model):
         self._retry_on_replicas()
 
     def _retry_on_replicas(self) -> None:
-        """Replicas where it failed try it again (console/cluster: each replica leaves out what failed there)."""
+        """Replicas where it failed try it again (registry/cluster: each replica leaves out what failed there)."""
         self.on_replicas.filter(state=VersionState.FAILED).update(state=VersionState.PENDING, error="")
 
     def fail(self, reason: str) -> None:

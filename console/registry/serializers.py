@@ -10,7 +10,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from console.audit.models import AuditEvent
-from console.cluster.serializers import ClusterSerializer, ReplicaStateSerializer, cluster_view
+from console.registry.cluster.serializers import ClusterSerializer, ReplicaStateSerializer, cluster_view
 from console.registry.engine_status import EngineStatus
 from console.registry.models import MODEL_NAME_RULE, ModelVersion, RegisteredModel, model_name_validator
 from console.registry.uploads import UploadRejected, parse_config_text

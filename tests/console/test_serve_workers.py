@@ -147,7 +147,7 @@ def test_each_worker_reports_the_address_it_serves_on(workers):
     listed = workers.manage(
         "shell",
         "-c",
-        "import json; from console.cluster.models import Replica; "
+        "import json; from console.registry.cluster.models import Replica; "
         "print(json.dumps(sorted([r.name, r.address] for r in Replica.objects.all())))",
     )
     assert json.loads(listed) == [[name, f"127.0.0.1:{port}"] for name in WORKERS]

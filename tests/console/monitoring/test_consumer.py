@@ -11,9 +11,9 @@ from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import AnonymousUser
 
+from console.hosting.routing import websocket_urlpatterns
 from console.monitoring.consumers import MetricsConsumer
 from console.monitoring.live import GroupPublisher, group_name
-from console.routing import websocket_urlpatterns
 from console.runtime_of import RUNTIME_KEY
 from tests.console.layer_stand_ins import LosesOneCancellation, ends_in_time
 

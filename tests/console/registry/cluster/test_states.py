@@ -8,8 +8,8 @@ import datetime
 import pytest
 from django.utils import timezone
 
-from console.cluster.models import FORGOTTEN_AFTER, Replica, VersionOnReplica
-from console.cluster.states import ReplicaStates, beat, mark_stopped
+from console.registry.cluster.models import FORGOTTEN_AFTER, Replica, VersionOnReplica
+from console.registry.cluster.states import ReplicaStates, beat, mark_stopped
 from console.registry.desired import mark_loading, read_plans, record_outcome
 from console.registry.models import ModelVersion, RegisteredModel, VersionState
 from console.registry.services import v2_actions

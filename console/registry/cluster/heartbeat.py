@@ -9,10 +9,10 @@ import logging
 from channels.db import database_sync_to_async
 from django.utils import timezone
 
-from console.cluster.states import beat, mark_stopped
 from console.outages import Outage
+from console.registry.cluster.states import beat, mark_stopped
 
-logger = logging.getLogger("console.cluster")
+logger = logging.getLogger("console.registry.cluster")
 
 MAX_INTERVAL_SECONDS = 5.0
 

@@ -8,7 +8,7 @@ from django.apps import AppConfig
 class ClusterConfig(AppConfig):
     """Replicas and the state of each model version on each of them."""
 
-    name = "console.cluster"
+    name = "console.registry.cluster"
     label = "cluster"
     verbose_name = "Cluster"
     default_auto_field = "django.db.models.BigAutoField"

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from django.db.models import Q
 from django.utils import timezone
 
-from console.cluster.models import FORGOTTEN_AFTER, GONE_AFTER_BEATS, Replica, VersionOnReplica
+from console.registry.cluster.models import FORGOTTEN_AFTER, GONE_AFTER_BEATS, Replica, VersionOnReplica
 from console.registry.models import ModelVersion, VersionState, engine_transition
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from asgiref.sync import sync_to_async
 
-from console.cluster.heartbeat import MAX_INTERVAL_SECONDS, Heartbeat
-from console.cluster.models import Replica
+from console.registry.cluster.heartbeat import MAX_INTERVAL_SECONDS, Heartbeat
+from console.registry.cluster.models import Replica
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -1,4 +1,4 @@
-"""WebSocket routes, composed into the ASGI app by console/asgi.py (the live metrics consumer lands here)."""
+"""WebSocket routes, composed into the ASGI app by composition.py (the live metrics consumer lands here)."""
 
 from __future__ import annotations
 

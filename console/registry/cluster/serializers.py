@@ -6,7 +6,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from console.cluster.states import ReplicaStates
+from console.registry.cluster.states import ReplicaStates
 
 
 class ReplicaStateSerializer(serializers.Serializer):

@@ -144,10 +144,10 @@ async def test_a_stream_whose_client_never_reads_stops_reading_its_requests(toke
     started = 0
     real_infer = engine.infer
 
-    async def counted(request):
+    async def counted(request, route=None):
         nonlocal started
         started += 1
-        return await real_infer(request)
+        return await real_infer(request, route)
 
     monkeypatch.setattr(engine, "infer", counted)
     sent = 400

@@ -43,7 +43,7 @@ from console.peers.identity import ProcessIdentity
 from console.peers.layer import LocalPeerLayer
 from console.registry.cluster.heartbeat import Heartbeat
 from console.registry.reconciler import Reconciler
-from console.registry.store import ModelStore
+from console.registry.store import store_at
 from console.registry.v2_hooks import RegistryRepositoryControl
 from engine.api import GrpcFrontEnd, InferenceServer, MetricsApp, MetricsSampler, OpenAIApp, ServiceLifespan, V2App
 
@@ -61,10 +61,12 @@ class Runtime:
         self.settings = settings
         self.identity = identity or ProcessIdentity.single(settings.replica_name)
         self.layer = get_channel_layer()
-        self.store = ModelStore(settings.model_store)
+        self.store = store_at(settings.model_store)
         self.server = InferenceServer(settings.model_store, settings=settings.engine)
         self.heartbeat = Heartbeat(settings.replica_name, settings.listen_address, float(settings.reconcile_seconds))
-        self.reconciler = Reconciler(self.server, float(settings.reconcile_seconds), settings.replica_name)
+        self.reconciler = Reconciler(
+            self.server, float(settings.reconcile_seconds), settings.replica_name, store=self.store
+        )
         # an automatic traffic rollback is audited and becomes the desired state
         self.server.on_traffic_rollback = self.reconciler.traffic_rolled_back
         self.analyzer = AnalysisRunner(self.server)  # analyses queued for this installation, one at a time

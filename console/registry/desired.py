@@ -16,7 +16,7 @@ from django.db import transaction
 
 from console.registry.cluster import states
 from console.registry.models import ModelVersion, RegisteredModel, VersionState
-from console.registry.store import get_store
+from console.registry.store import ModelStore, get_store
 
 
 @dataclass(frozen=True)
@@ -45,10 +45,11 @@ def _digest(config: dict | None) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
 
 
-def read_plans(replica: str, name: str | None = None) -> list[ModelPlan]:
+def read_plans(replica: str, name: str | None = None, store: ModelStore | None = None) -> list[ModelPlan]:
     """Plans for every registered model (or the one named): versions that should load, have files, and have not
-    failed here (nor failed everywhere before any replica tried them, like a refused import)."""
-    store = get_store()
+    failed here (nor failed everywhere before any replica tried them, like a refused import). `store` is the
+    Runtime's (the process's, `get_store()`, when None)."""
+    store = store or get_store()
     models = RegisteredModel.objects.select_related("active_version").prefetch_related("versions")
     if name is not None:
         models = models.filter(name=name)

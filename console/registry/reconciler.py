@@ -25,6 +25,7 @@ from console.outages import Outage, is_database_outage, is_idle_wait, is_transac
 from console.registry.desired import ModelPlan, mark_loading, read_plans, record_outcome
 from console.registry.services.notices import CHANGED, GROUP
 from console.registry.services.traffic_actions import record_automatic_rollback
+from console.registry.store import ModelStore
 from engine.api import InferaError, InferenceServer, LoadError, TrafficPolicy, parse_config_json, policy_from_dict
 
 logger = logging.getLogger("console.registry.reconciler")
@@ -41,10 +42,18 @@ class Reconciler:
     repository control asks for a pass over one model (`reconcile_model`) and waits for it.
     """
 
-    def __init__(self, server: InferenceServer, period: float = DEFAULT_PERIOD_SECONDS, replica: str = "") -> None:
+    def __init__(
+        self,
+        server: InferenceServer,
+        period: float = DEFAULT_PERIOD_SECONDS,
+        replica: str = "",
+        *,
+        store: ModelStore | None = None,
+    ) -> None:
         self.server = server
         self.period = period
         self.replica = replica or settings.INFERA.replica_name  # whose engine state it records
+        self.store = store  # the Runtime's; None: the process's (get_store) at each pass
         self.wake = asyncio.Event()
         self._lock = asyncio.Lock()
         self._applied: dict[str, tuple] = {}
@@ -62,7 +71,7 @@ class Reconciler:
         """One full pass over every registered model, plus unloading models that were deleted."""
         async with self._lock:
             self._forget_recorded_rollbacks()
-            plans = await database_sync_to_async(read_plans)(self.replica)
+            plans = await database_sync_to_async(read_plans)(self.replica, store=self.store)
             for plan in plans:
                 await self._converge(plan)
             registered = {plan.name for plan in plans}
@@ -73,7 +82,7 @@ class Reconciler:
         """A pass over one model (the v2 repository control waits for it)."""
         async with self._lock:
             self._forget_recorded_rollbacks()
-            plans = await database_sync_to_async(read_plans)(self.replica, name)
+            plans = await database_sync_to_async(read_plans)(self.replica, name, store=self.store)
             if plans:
                 await self._converge(plans[0])
             else:

@@ -7,6 +7,7 @@ renamed away first and deleted afterwards, for the same reason.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
@@ -179,9 +180,16 @@ def _alive(pid: int) -> bool:
     return True
 
 
+@functools.cache
+def store_at(root: Path) -> ModelStore:
+    """The one ModelStore of a store folder in this process: the Runtime's, and every registry action's."""
+    return ModelStore(root)
+
+
 def get_store() -> ModelStore:
-    """The store this process serves from (INFERA_MODEL_STORE)."""
-    return ModelStore(settings.INFERA.model_store)
+    """The store this process serves from (INFERA_MODEL_STORE), for code with no Runtime at hand (registry actions
+    called from views, management commands, tests): the same object as the Runtime's `store`."""
+    return store_at(settings.INFERA.model_store)
 
 
 def folder_digest(folder: Path) -> tuple[str, int]:

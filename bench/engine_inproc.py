@@ -35,7 +35,7 @@ SINGLE_BLOCK = 100
 
 
 async def _run_engine(repository: Path, model_name: str, seconds: float, concurrency: int) -> dict:
-    from engine.server import InferenceServer
+    from engine.serving.server import InferenceServer
     from engine.types import InferenceRequest
 
     model = MODELS[model_name]
@@ -105,9 +105,9 @@ async def _run_engine(repository: Path, model_name: str, seconds: float, concurr
 def measure_engine(repository: Path, model_name: str, seconds: float, concurrency: int = 64) -> dict:
     """The engine's figures beside direct session.run on batches of the size its batcher formed."""
     try:
-        import engine.server  # noqa: F401
+        import engine.serving.server  # noqa: F401
     except Exception as error:  # the engine is written in parallel; any import failure means not yet
-        return {"model": model_name, "unavailable": f"engine.server does not import: {error}"}
+        return {"model": model_name, "unavailable": f"engine.serving.server does not import: {error}"}
     runner = asyncio.Runner(loop_factory=uvloop.new_event_loop) if uvloop else asyncio.Runner()
     try:
         with runner:

@@ -24,7 +24,7 @@ from bench.direct import cpu_session
 from bench.models import ONNX_THREADS, write_if_changed
 from console.demo.pipeline import PIPELINE_CONFIG, PIPELINE_MODELS, digit_image, png_bytes
 from console.demo.repository import DIGITS_CONFIG, DIGITS_TRAINING, digits_split, train_digits_onnx
-from engine.config_format import parse_config_pbtxt
+from engine.config.text_format import parse_config_pbtxt
 
 PIPELINE = "digits_pipeline"
 PREPROCESS = "digits_preprocess"

@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from engine.backends.base import Device
     from engine.backends.pytorch import PyTorchBackend
-    from engine.config_format import parse_config_pbtxt
+    from engine.config.text_format import parse_config_pbtxt
 
     gpu = args.device == "cuda"
     kind = "KIND_GPU" if gpu else "KIND_CPU"
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 async def _served(repo: Path, array: np.ndarray, args: argparse.Namespace) -> dict:
-    from engine.server import InferenceServer
+    from engine.serving.server import InferenceServer
     from engine.types import InferenceRequest
 
     server = InferenceServer(repo)

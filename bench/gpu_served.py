@@ -33,7 +33,7 @@ async def measure_engine(
     repo: Path, models: list[str], batches: list[int], image: int, seconds: float, callers: int
 ) -> dict:
     """The engine in process on the repository: one caller's batches in a closed loop, then concurrent callers."""
-    from engine.server import InferenceServer
+    from engine.serving.server import InferenceServer
     from engine.types import InferenceRequest
 
     server = InferenceServer(repo)

@@ -49,7 +49,7 @@ def _fake_http(body: bytes, headers: dict[str, str], model: str):
 
 def _force_inline(choice: str) -> None:
     """Make every instance created from now on run its batches on the loop ('always') or its thread ('never')."""
-    from engine import instances
+    from engine.serving import instances
 
     if choice != "measured":
         instances.ModelInstance.__init__.__kwdefaults__["inline_below_ns"] = 2**62 if choice == "always" else 0
@@ -60,7 +60,7 @@ async def _drive(
 ) -> dict:
     from engine.frontend.http import V2App
     from engine.frontend.lifespan import freeze_start_up_objects
-    from engine.server import InferenceServer
+    from engine.serving.server import InferenceServer
 
     payload = make_payload(MODELS[model], repository, encoding)
     server = InferenceServer(repository)

@@ -11,30 +11,9 @@
 - front ends the runtime composes and wires in: `/v2` (ASGI and uvicorn's direct protocol), gRPC, `/v1` (OpenAI).
 """
 
-from engine.admission import (
-    ANONYMOUS,
-    MODEL_FILES,
-    SYSTEM,
-    Admissible,
-    Principal,
-    RepositoryModel,
-    check_code,
-    check_ensemble_cycle,
-    effective_config,
-    read_repository,
-    version_folders,
-)
-from engine.analysis import (
-    Candidate,
-    LoadPoint,
-    analysis_inputs,
-    candidate_config,
-    concurrency_levels,
-    grid_candidates,
-    sweep,
-)
-from engine.config import ModelConfig
-from engine.config_format import (
+from engine.config.model_config import ModelConfig
+from engine.config.names import MODEL_NAME_RULE, model_name_problem
+from engine.config.text_format import (
     CONFIG_FILES,
     config_to_dict,
     config_to_pbtxt,
@@ -61,13 +40,34 @@ from engine.frontend.http import V2App
 from engine.frontend.lifespan import ServiceLifespan
 from engine.frontend.openai import TEXT_INPUT, TEXT_OUTPUT, OpenAIApp
 from engine.frontend.routes import Route
-from engine.lifecycle import ModelState, ModelStatus, VersionStatus
 from engine.monitoring.merge import check_snapshot, merge_figures, merge_snapshots
 from engine.monitoring.prometheus import MetricsApp, check_families
 from engine.monitoring.sampler import BACKLOG_SECONDS, MetricsSampler, Snapshot, narrow
-from engine.names import MODEL_NAME_RULE, model_name_problem
-from engine.repository import holds_hf_folder
-from engine.server import InferenceServer
+from engine.serving.admission import (
+    ANONYMOUS,
+    MODEL_FILES,
+    SYSTEM,
+    Admissible,
+    Principal,
+    RepositoryModel,
+    check_code,
+    check_ensemble_cycle,
+    effective_config,
+    read_repository,
+    version_folders,
+)
+from engine.serving.analysis import (
+    Candidate,
+    LoadPoint,
+    analysis_inputs,
+    candidate_config,
+    concurrency_levels,
+    grid_candidates,
+    sweep,
+)
+from engine.serving.lifecycle import ModelState, ModelStatus, VersionStatus
+from engine.serving.repository import holds_hf_folder
+from engine.serving.server import InferenceServer
 from engine.settings import (
     EngineSettings,
     HttpSettings,
@@ -77,8 +77,8 @@ from engine.settings import (
     read_text,
     read_trace_start_up,
 )
-from engine.traffic import TrafficPolicy, policy_from_dict
-from engine.traffic import check_policy as check_traffic_policy
+from engine.traffic.policies import TrafficPolicy, policy_from_dict
+from engine.traffic.policies import check_policy as check_traffic_policy
 
 __all__ = [
     # the facade

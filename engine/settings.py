@@ -222,7 +222,7 @@ class TraceStartUp:
     file: str = ""  # INFERA_TRACE_FILE: a file in INFERA_TRACE_DIR (as trace_file takes it); none: no trace files
 
     def as_trace_settings(self) -> dict[str, Any]:
-        """In the trace extension's form (engine/tracing.py): trace_level a list, the rest strings."""
+        """In the trace extension's form (engine/monitoring/tracing.py): trace_level a list, the rest strings."""
         return {
             "trace_level": list(self.level),
             "trace_rate": str(self.rate),

@@ -45,8 +45,8 @@ class InferenceRequest:
     batch_size: int = 1
     arrival_ns: int = 0  # time.monotonic_ns() when it reached its model's queue
     protocol: str = "http"  # the front end it came through, for the statistics by protocol
-    trace: Any = None  # an engine.tracing.Trace when this request is traced
-    stream: Any = None  # an engine.streams.ResponseStream when the model is decoupled
+    trace: Any = None  # an engine.monitoring.tracing.Trace when this request is traced
+    stream: Any = None  # an engine.serving.streams.ResponseStream when the model is decoupled
 
 
 @dataclass(slots=True, eq=False)

@@ -196,7 +196,7 @@ def infera_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPr
 
 def engine_front_end_missing() -> str | None:
     """Why /v2 cannot answer yet in this build, or None once the engine and its v2 front end are in."""
-    for path in ("engine/server.py", "engine/frontend"):
+    for path in ("engine/serving/server.py", "engine/frontend"):
         if not (REPO_ROOT / path).exists():
             return f"{path} has not landed yet"
     return None

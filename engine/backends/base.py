@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from engine.config import ModelConfig
+from engine.config.model_config import ModelConfig
 from engine.errors import LoadError
 from engine.types import InferenceRequest
 
@@ -34,7 +34,7 @@ class InstanceContext:
     """Where a backend runs: its instance's Triton name, and what the engine offers model code (None in a trial)."""
 
     instance_name: str = ""
-    services: Any = None  # an engine.model_services.ModelServices when the version serves
+    services: Any = None  # an engine.serving.model_services.ModelServices when the version serves
 
 
 class Backend(ABC):
@@ -46,7 +46,7 @@ class Backend(ABC):
     """
 
     name: ClassVar[str] = ""
-    # whether a very cheap batch may run on the event loop's thread (engine.instances): only for runtimes that
+    # whether a very cheap batch may run on the event loop's thread (engine.serving.instances): only for runtimes that
     # never call back into the loop from `execute` (a python model's BLS call waits on the loop: never inline)
     runs_on_loop: ClassVar[bool] = False
 
@@ -115,7 +115,8 @@ class Backend(ABC):
     def code_in(cls, config: ModelConfig) -> str | None:
         """Why loading a version with this config runs code in the loading process, or None when it only reads data.
 
-        Asked once per load by engine.admission, on the resolved config, before any file of the version is opened.
+        Asked once per load by engine.serving.admission, on the resolved config, before any file of the version is
+        opened.
         """
         return None
 

@@ -1,4 +1,4 @@
-"""The `ensemble` platform in the backend registry: it has no runtime of its own (engine.ensemble runs its steps)."""
+"""The `ensemble` platform in the backend registry: no runtime of its own (engine.ensembles.dispatcher runs it)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ class EnsembleBackend(Backend):
 
     def load(self) -> None:
         """Check the steps on their own; the composing models are checked when the ensemble serves."""
-        from engine.ensemble import EnsemblePlan
+        from engine.ensembles.dispatcher import EnsemblePlan
 
         try:
             EnsemblePlan(self.config)

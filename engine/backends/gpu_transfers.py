@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from engine.backends.base import Device
-from engine.config import ModelConfig
-from engine.devices import usable_cores
+from engine.config.model_config import ModelConfig
+from engine.serving.devices import usable_cores
 
 # a host copy of at least two of these is split over threads, each taking one or more; smaller ones run inline
 PARALLEL_COPY_BYTES = 2 << 20

@@ -35,9 +35,9 @@ import numpy as np
 
 from engine.backends import register_backend
 from engine.backends.base import Backend
-from engine.config import ModelConfig, TensorConfig
+from engine.config.model_config import ModelConfig, TensorConfig
 from engine.errors import BackendError, InferaError, InvalidArgument, LoadError
-from engine.streams import StreamClosed
+from engine.serving.streams import StreamClosed
 from engine.types import InferenceRequest
 
 TEXT_INPUT = "text_input"
@@ -273,7 +273,7 @@ class LLMBackend(Backend):
     def llm_stats(self) -> Any:
         """The scheduler's counters and gauges (running, waiting, KV-cache usage, prefix hits, preemptions)."""
         engine = getattr(self, "engine", None)
-        return engine.stats() if engine is not None else None
+        return engine.serving.stats() if engine is not None else None
 
     def unload(self) -> None:
         engine = getattr(self, "engine", None)

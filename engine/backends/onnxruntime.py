@@ -14,10 +14,10 @@ from engine.backends import register_backend
 from engine.backends.base import Backend
 from engine.backends.gpu_transfers import IoBindingRunner, pinned_buffers, uses_io_binding
 from engine.backends.tensor_layout import int_parameter, sequence_tensors, to_config_shape, to_model_shape
-from engine.config import DynamicBatching, InstanceGroup, ModelConfig, TensorConfig, cpu_instance_count
-from engine.datatypes import config_to_wire, numpy_dtype
-from engine.devices import usable_cores
+from engine.config.datatypes import config_to_wire, numpy_dtype
+from engine.config.model_config import DynamicBatching, InstanceGroup, ModelConfig, TensorConfig, cpu_instance_count
 from engine.errors import BackendError, LoadError
+from engine.serving.devices import usable_cores
 
 # ONNX element type names (lower case, as onnxruntime spells them inside "tensor(...)") -> config types
 ONNX_TO_CONFIG_TYPE = {

@@ -29,11 +29,11 @@ from engine.backends.python_channel import ChannelClosed
 from engine.backends.python_host import EngineModelHost
 from engine.backends.python_model import ModelCodeError, ModelRunner, RequestData, ResponseData, describe
 from engine.backends.python_process import StubDied, StubProcess, stub_environment
-from engine.config import ModelConfig
-from engine.config_format import config_to_dict, parse_config_json
-from engine.datatypes import wire_type_of
+from engine.config.datatypes import wire_type_of
+from engine.config.model_config import ModelConfig
+from engine.config.text_format import config_to_dict, parse_config_json
 from engine.errors import BackendError, InferaError, InvalidArgument, LoadError, NotFound, Unavailable, Unsupported
-from engine.streams import ResponseStream, StreamClosed
+from engine.serving.streams import ResponseStream, StreamClosed
 from engine.types import InferenceRequest
 
 log = logging.getLogger("infera.engine")

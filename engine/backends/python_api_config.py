@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from engine.backends.python_api_errors import TritonModelException
-from engine.datatypes import config_to_wire, numpy_dtype
+from engine.config.datatypes import config_to_wire, numpy_dtype
 
 
 def get_input_config_by_name(model_config: dict[str, Any], name: str) -> dict[str, Any] | None:

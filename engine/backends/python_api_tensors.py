@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from engine.backends.python_api_errors import TritonModelException
-from engine.datatypes import numpy_dtype, wire_type_of
+from engine.config.datatypes import numpy_dtype, wire_type_of
 
 # Triton's words (python_backend src/pb_tensor.cc, PbTensor::AsNumpy)
 BF16_AS_NUMPY = "Tensor dtype is BF16 and cannot be converted to NumPy. Use to_dlpack() and from_dlpack() instead."

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.datatypes import numpy_dtype, wire_type_of
+from engine.config.datatypes import numpy_dtype, wire_type_of
 
 log = logging.getLogger("infera.engine")
 

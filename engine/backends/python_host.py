@@ -14,9 +14,9 @@ from collections.abc import Callable
 
 from engine.backends import python_utils as pb_utils
 from engine.backends.python_model import bls_responses, model_call
-from engine.custom_metrics import CustomMetrics
 from engine.errors import InferaError
-from engine.model_services import INVALID_ARG, UNAVAILABLE
+from engine.monitoring.custom_metrics import CustomMetrics
+from engine.serving.model_services import INVALID_ARG, UNAVAILABLE
 from engine.types import ModelCall, ModelCallResult
 
 model_log = logging.getLogger("infera.model")

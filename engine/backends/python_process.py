@@ -40,7 +40,7 @@ _BOOT = (
     "s = u.spec_from_file_location('engine', sys.argv[1] + '/engine/__init__.py', "
     "submodule_search_locations=[sys.argv[1] + '/engine']); "
     "sys.modules['engine'] = e = u.module_from_spec(s); s.loader.exec_module(e); "
-    "from engine.confinement import drop_capabilities; drop_capabilities(); "
+    "from engine.isolation.confinement import drop_capabilities; drop_capabilities(); "
     "from engine.backends.python_stub import main; sys.exit(main(sys.argv[2:]))"
 )
 # what a stub sees of the server's environment: an allow-list of what runtimes need, never what could hold a secret

@@ -24,8 +24,8 @@ from engine.backends.torch_cuda import (
     instance_stream,
     on_stream,
 )
-from engine.config import ModelConfig, TensorConfig
-from engine.datatypes import config_to_wire, numpy_dtype
+from engine.config.datatypes import config_to_wire, numpy_dtype
+from engine.config.model_config import ModelConfig, TensorConfig
 from engine.errors import BackendError, LoadError
 
 log = logging.getLogger("infera.engine")

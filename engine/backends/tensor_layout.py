@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.config import ModelConfig, TensorConfig
+from engine.config.model_config import ModelConfig, TensorConfig
 from engine.errors import LoadError
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from engine.backends.base import Device
 from engine.backends.gpu_transfers import fixed_shapes
-from engine.config import ModelConfig
+from engine.config.model_config import ModelConfig
 from engine.settings import FALSE_WORDS
 
 log = logging.getLogger("infera.engine")

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
-from engine.admission import Principal
 from engine.errors import InferaError
+from engine.serving.admission import Principal
 from engine.types import current_caller
 
 SETTING = "INFERA_MAX_CONCURRENT_PER_CALLER"

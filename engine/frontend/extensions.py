@@ -1,9 +1,9 @@
 """Triton's shared-memory, trace and logging extensions, answered the same way over HTTP and gRPC.
 
-System shared memory is served (engine/shared_memory.py holds the regions, each the registering caller's own); CUDA
-shared memory is not: its status is
+System shared memory is served (engine/protocol/shared_memory.py holds the regions, each the registering caller's
+own); CUDA shared memory is not: its status is
 truthfully empty and a registration is refused with a clear UNSUPPORTED error. Tracing records timestamps
-(engine/tracing.py). Logging is live (engine/log_settings.py).
+(engine/monitoring/tracing.py). Logging is live (engine/monitoring/log_settings.py).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 from engine.errors import InvalidArgument, NotFound, Unsupported
 
 if TYPE_CHECKING:
-    from engine.admission import Principal
-    from engine.server import InferenceServer
+    from engine.serving.admission import Principal
+    from engine.serving.server import InferenceServer
 
 # ---- shared memory
 
@@ -58,7 +58,7 @@ def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-# ---- trace (engine/tracing.py holds the settings and writes the files)
+# ---- trace (engine/monitoring/tracing.py holds the settings and writes the files)
 
 
 def trace_settings(server: InferenceServer, model: str | None = None) -> dict[str, Any]:

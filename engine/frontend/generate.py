@@ -17,11 +17,11 @@ from typing import Any
 import numpy as np
 import orjson
 
-from engine.config import ModelConfig
+from engine.config.model_config import ModelConfig
 from engine.errors import BackendError, InferaError, InvalidArgument
 from engine.protocol import parse_json_object
 from engine.protocol.inference_request import ConfigChoice, request_from_document
-from engine.streams import ResponseStream, StreamedResponse
+from engine.serving.streams import ResponseStream, StreamedResponse
 from engine.types import InferenceRequest
 
 EVENT_STREAM = b"text/event-stream; charset=utf-8"

@@ -15,8 +15,8 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
-from engine.admission import Principal
 from engine.errors import InferaError, InvalidArgument
+from engine.serving.admission import Principal
 
 # Triton's error kinds, as this engine's HTTP statuses, to gRPC status codes
 STATUS_CODES = {

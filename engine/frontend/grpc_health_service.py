@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from grpc_health.v1 import health_pb2
 
-from engine.admission import Principal
 from engine.errors import InferaError, Unauthorized
 from engine.frontend.grpc_calls import Binder, Call, parsed, peer_host, status_code
 from engine.proto import grpc_messages as messages
+from engine.serving.admission import Principal
 from engine.settings import GrpcSettings
 
 if TYPE_CHECKING:
-    from engine.server import InferenceServer
+    from engine.serving.server import InferenceServer
 
 HEALTH_SERVICE = "grpc.health.v1.Health"
 HEALTH_METHODS = ("Check", "Watch")

@@ -11,15 +11,15 @@ from typing import TYPE_CHECKING, Any
 
 from google.protobuf import json_format
 
-from engine.admission import Principal, may_not_change
+from engine.config.names import check_model_name
 from engine.frontend import extensions
 from engine.frontend.grpc_calls import Call
 from engine.frontend.repository_load import RepositoryControl, load_model, parse_load_request, unload_model
-from engine.names import check_model_name
 from engine.protocol.grpc_codec import parameter_value, parameters_of
+from engine.serving.admission import Principal, may_not_change
 
 if TYPE_CHECKING:
-    from engine.server import InferenceServer
+    from engine.serving.server import InferenceServer
 
 
 class ManagementCalls:

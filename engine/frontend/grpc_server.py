@@ -27,8 +27,7 @@ import grpc
 from google.protobuf import descriptor_pb2, json_format
 from grpc_health.v1 import health_pb2
 
-from engine.admission import ANONYMOUS, Principal
-from engine.config_format import config_to_dict
+from engine.config.text_format import config_to_dict
 from engine.errors import InferaError, Unauthorized
 from engine.frontend.caller_limits import CallerLimits, caller_key
 from engine.frontend.grpc_calls import Binder, Call, CallGate, parsed, parsed_stream, peer_host, refusal, status_code
@@ -43,13 +42,14 @@ from engine.protocol.grpc_codec import (
     parameters_of,
     set_parameter,
 )
-from engine.server import EXTENSIONS, RequestKey, VersionRoute
+from engine.serving.admission import ANONYMOUS, Principal
+from engine.serving.server import EXTENSIONS, RequestKey, VersionRoute
+from engine.serving.streams import ResponseStream
 from engine.settings import GrpcSettings
-from engine.streams import ResponseStream
 from engine.types import InferenceRequest, InferenceResponse
 
 if TYPE_CHECKING:
-    from engine.server import InferenceServer
+    from engine.serving.server import InferenceServer
 
 log = logging.getLogger("infera.frontend")
 

@@ -10,14 +10,13 @@ from typing import Any
 
 import orjson
 
-from engine.admission import ANONYMOUS, Principal, may_not_change
-from engine.config import ModelConfig
+from engine.config.model_config import ModelConfig
+from engine.config.names import check_model_name
 from engine.errors import InferaError, InvalidArgument
 from engine.frontend import extensions
 from engine.frontend.generate import StreamReply, answer_once, generate_request, stream_reply
 from engine.frontend.repository_load import RepositoryControl, load_model, parse_load_request, unload_model
 from engine.frontend.routes import Route, parse_version
-from engine.names import check_model_name
 from engine.protocol import (
     ConfigChoice,
     choose_response_encoding,
@@ -28,9 +27,10 @@ from engine.protocol import (
     parse_header_length,
     parse_json_object,
 )
-from engine.server import EXTENSIONS, InferenceServer, RequestKey, VersionRoute
-from engine.shared_memory import CallerRegions, CopyOffLoop
-from engine.streams import ResponseStream
+from engine.protocol.shared_memory import CallerRegions, CopyOffLoop
+from engine.serving.admission import ANONYMOUS, Principal, may_not_change
+from engine.serving.server import EXTENSIONS, InferenceServer, RequestKey, VersionRoute
+from engine.serving.streams import ResponseStream
 from engine.types import InferenceRequest
 
 JSON = b"application/json"

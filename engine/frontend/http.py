@@ -7,7 +7,6 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from engine.admission import ANONYMOUS, Principal, may_not_change
 from engine.errors import InferaError, PayloadTooLarge, Unauthorized, Unavailable
 from engine.frontend.caller_limits import CallerLimits, caller_key
 from engine.frontend.cross_site import check_repository_content_type, check_same_origin
@@ -16,9 +15,10 @@ from engine.frontend.handlers import ASYNC_HANDLERS, SYNC_HANDLERS, Incoming, Re
 from engine.frontend.lifespan import ServiceLifespan
 from engine.frontend.routes import DIRECT_ENDPOINTS, HEALTH_ENDPOINTS, REPOSITORY_CHANGES, Route, resolve
 from engine.protocol import error_body
+from engine.serving.admission import ANONYMOUS, Principal, may_not_change
 
 if TYPE_CHECKING:
-    from engine.server import InferenceServer
+    from engine.serving.server import InferenceServer
 
 log = logging.getLogger("infera.frontend")
 
@@ -267,7 +267,7 @@ async def _answer_while_connected(
 ) -> Reply | StreamReply | None:
     """An inference's answer, or None when its client disconnected first: once the body is read, a client that
     goes away cancels the request, as a direct answer's does (engine.frontend.direct_http), so a sequence START
-    still queued leaves its backlog (engine.sequence_dispatch)."""
+    still queued leaves its backlog (engine.schedulers.sequence_dispatcher)."""
     task = asyncio.current_task()
     watcher: asyncio.Future | None = None
     answering, left = True, False

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from engine.tasks import cancel_and_wait
+from engine.serving.tasks import cancel_and_wait
 
 log = logging.getLogger("infera.frontend")
 

@@ -36,14 +36,14 @@ from engine.frontend.http import ASGIApp, Authenticate, Receive, Scope, Send, re
 from engine.frontend.openai_fields import OpenAIError
 from engine.llm.text import StopMatcher
 from engine.protocol import parse_json_object
-from engine.streams import ResponseStream
-from engine.traffic_router import RequestKey
+from engine.serving.streams import ResponseStream
+from engine.traffic.router import RequestKey
 from engine.types import InferenceRequest
 
 if TYPE_CHECKING:
-    from engine.config import ModelConfig
-    from engine.lifecycle import ServedVersion
-    from engine.server import InferenceServer
+    from engine.config.model_config import ModelConfig
+    from engine.serving.lifecycle import ServedVersion
+    from engine.serving.server import InferenceServer
 
 TEXT_INPUT = "openai_text_input"
 TEXT_OUTPUT = "openai_text_output"

@@ -14,20 +14,20 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any, Protocol
 
-from engine.admission import Principal
+from engine.config.names import normalise_files, sent_files
 from engine.errors import InvalidArgument
-from engine.names import normalise_files, sent_files
-from engine.server import config_override
+from engine.serving.admission import Principal
+from engine.serving.server import config_override
 
 if TYPE_CHECKING:
-    from engine.server import InferenceServer
+    from engine.serving.server import InferenceServer
 
 
 class RepositoryControl(Protocol):
     """Who owns the desired state of models (the console's registry): repository load/unload go there first.
 
     Each returns True when it handled the request, False to let the engine load or unload by itself. `files`
-    are already normalised (engine.names); `caller` is who asked, already allowed to change models.
+    are already normalised (engine.config.names); `caller` is who asked, already allowed to change models.
     """
 
     async def load(

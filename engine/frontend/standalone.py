@@ -24,7 +24,7 @@ from engine.frontend.lifespan import ServiceLifespan
 from engine.frontend.openai import OpenAIApp
 from engine.frontend.routes import Route
 from engine.monitoring.prometheus import MetricsApp
-from engine.server import InferenceServer
+from engine.serving.server import InferenceServer
 from engine.settings import EngineSettings, SettingError, read_engine_settings
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import psutil
 
-from engine.devices import nvml
+from engine.serving.devices import nvml
 from engine.settings import read_bool
 
 log = logging.getLogger("engine.monitoring")

@@ -17,11 +17,11 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
 from engine.monitoring.devices import DeviceSampler
-from engine.streams import FIRST_RESPONSE_BUCKETS_MS
+from engine.serving.streams import FIRST_RESPONSE_BUCKETS_MS
 
 if TYPE_CHECKING:
     from engine.monitoring.sampler import MetricsSampler
-    from engine.server import InferenceServer
+    from engine.serving.server import InferenceServer
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

@@ -1,6 +1,6 @@
 """One snapshot of every model and device per interval, kept for 15 minutes and pushed to subscribers.
 
-The sampler reads the engine's cumulative stats (engine/stats.py) and turns the difference between two samples
+The sampler reads the engine's cumulative stats (engine/serving/stats.py) and turns the difference between two samples
 into rates, latency percentiles, queue and compute time and batch sizes for that interval. One sampler feeds
 every consumer (the WebSocket group, the page's backlog); a subscriber costs one call per snapshot.
 
@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING, Any
 
 from engine.monitoring.devices import DeviceSample, DeviceSampler
 from engine.monitoring.history import Interval, MinuteHistory, server_figures
-from engine.stats import CLIENT_PROTOCOLS
-from engine.tasks import cancel_and_wait
+from engine.serving.stats import CLIENT_PROTOCOLS
+from engine.serving.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
-    from engine.server import InferenceServer
-    from engine.stats import ModelStats
+    from engine.serving.server import InferenceServer
+    from engine.serving.stats import ModelStats
 
 log = logging.getLogger("engine.monitoring")
 

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from engine.config import ModelConfig
-from engine.datatypes import wire_type_of
+from engine.config.datatypes import wire_type_of
+from engine.config.model_config import ModelConfig
 from engine.errors import InvalidArgument
 from engine.protocol.inference_request import RAW, TYPED, request_from_document
 from engine.protocol.inference_response import place_in_shared_memory, selected_outputs
@@ -20,7 +20,7 @@ from engine.protocol.tensors import array_to_binary
 from engine.types import InferenceRequest, InferenceResponse
 
 if TYPE_CHECKING:
-    from engine.shared_memory import CallerRegions
+    from engine.protocol.shared_memory import CallerRegions
 
 # the one InferTensorContents list each datatype travels in; FP16 and BF16 have none (raw contents only)
 CONTENTS_FIELD = {

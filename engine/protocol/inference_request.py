@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import orjson
 
-from engine.config import ModelConfig
-from engine.datatypes import numpy_dtype
+from engine.config.datatypes import numpy_dtype
+from engine.config.model_config import ModelConfig
 from engine.errors import InvalidArgument
 from engine.protocol.plain_json import plain_json_input, plain_request
 from engine.protocol.tensors import array_from_binary, array_from_json, array_from_typed
@@ -22,7 +22,7 @@ from engine.protocol.validation import check_required_inputs, checked_batch, com
 from engine.types import InferenceRequest, RequestedOutput
 
 if TYPE_CHECKING:
-    from engine.shared_memory import CallerRegions, Region
+    from engine.protocol.shared_memory import CallerRegions, Region
 
 Body = bytes | bytearray | memoryview
 # a request's parameters (as sent, unchecked) -> the config of the version it runs on: a router's choice, made once

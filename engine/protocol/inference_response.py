@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import orjson
 
-from engine.datatypes import wire_type_of
+from engine.config.datatypes import wire_type_of
 from engine.errors import InvalidArgument
 from engine.protocol.classification import classify
 from engine.protocol.inference_request import shared_memory_range
@@ -16,7 +16,7 @@ from engine.protocol.tensors import BINARY_ONLY_TYPES, array_to_binary, bytes_to
 from engine.types import BatchOutputs, InferenceRequest, InferenceResponse
 
 if TYPE_CHECKING:
-    from engine.shared_memory import CallerRegions
+    from engine.protocol.shared_memory import CallerRegions
 
 _JSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
 _NOT_PLAIN = object()  # a batch output the plain path cannot write (BYTES, FP16, a dtype orjson refuses)

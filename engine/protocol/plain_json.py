@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.config import ModelConfig
+from engine.config.model_config import ModelConfig
 from engine.protocol.tensors import SMALL_LIST
 from engine.protocol.validation import InputSpec, input_specs
 from engine.types import InferenceRequest

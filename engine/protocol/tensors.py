@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.datatypes import numpy_dtype
+from engine.config.datatypes import numpy_dtype
 from engine.errors import InvalidArgument
 
 # JSON cannot carry these faithfully; Triton accepts and returns them only as binary data

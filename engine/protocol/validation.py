@@ -8,8 +8,8 @@ from math import prod
 
 import numpy as np
 
-from engine.config import ModelConfig, TensorConfig
-from engine.datatypes import WIRE_TO_NUMPY
+from engine.config.datatypes import WIRE_TO_NUMPY
+from engine.config.model_config import ModelConfig, TensorConfig
 from engine.errors import InvalidArgument
 from engine.protocol.tensors import shape_text
 

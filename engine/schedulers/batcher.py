@@ -16,7 +16,7 @@ import asyncio
 from collections import deque
 from dataclasses import dataclass, field
 
-from engine.config import ModelConfig, QueuePolicy
+from engine.config.model_config import ModelConfig, QueuePolicy
 from engine.errors import QueueFull
 from engine.types import InferenceRequest
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.config import ModelConfig
+from engine.config.model_config import ModelConfig
 from engine.errors import InferaError, InvalidArgument, Unavailable
 from engine.schedulers.batcher import PendingRequest
 from engine.settings import SequenceLimits

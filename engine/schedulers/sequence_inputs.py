@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.config import ModelConfig, SequenceState
-from engine.datatypes import config_to_wire, numpy_dtype
+from engine.config.datatypes import config_to_wire, numpy_dtype
+from engine.config.model_config import ModelConfig, SequenceState
 from engine.errors import InvalidArgument, LoadError
 from engine.types import InferenceRequest
 

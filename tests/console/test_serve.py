@@ -13,7 +13,9 @@ from tests.conftest import REPO_ROOT, ServerProcess, serve_process
 
 pytestmark = pytest.mark.server
 
-ENGINE_MISSING = None if (REPO_ROOT / "engine" / "server.py").exists() else "engine/server.py has not landed yet"
+ENGINE_MISSING = (
+    None if (REPO_ROOT / "engine" / "serving" / "server.py").exists() else "engine/serving/server.py has not landed yet"
+)
 
 
 def test_it_serves_the_sign_in_page(infera_server: ServerProcess):

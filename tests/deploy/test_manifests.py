@@ -12,7 +12,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from engine.monitoring.prometheus import MetricsApp
-from engine.server import InferenceServer
+from engine.serving.server import InferenceServer
 from tests.deploy.manifests import (
     GPU_RENDERS,
     K8S_DIR,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from engine.config import ModelConfig
+from engine.config.model_config import ModelConfig
 from tests.engine.model_factory import make_python_model, python_config
 
 IN_PROCESS = 'parameters { key: "EXECUTION_MODE" value { string_value: "in_process" } }\n'

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.config import InstanceGroup, ModelConfig, SequenceControl, SequenceControlInput, TensorConfig
+from engine.config.model_config import InstanceGroup, ModelConfig, SequenceControl, SequenceControlInput, TensorConfig
 
 MLP_SIZES = (64, 256, 256, 10)
 

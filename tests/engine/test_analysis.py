@@ -8,8 +8,10 @@ import threading
 import numpy as np
 import pytest
 
-from engine.admission import SYSTEM, Principal
-from engine.analysis import (
+from engine.config.model_config import SequenceBatching
+from engine.errors import CodeRefused, InvalidArgument, ModelNotFound
+from engine.serving.admission import SYSTEM, Principal
+from engine.serving.analysis import (
     TEMPORARY_VERSION,
     Candidate,
     analysis_inputs,
@@ -18,9 +20,7 @@ from engine.analysis import (
     grid_candidates,
     sweep,
 )
-from engine.config import SequenceBatching
-from engine.errors import CodeRefused, InvalidArgument, ModelNotFound
-from engine.server import InferenceServer
+from engine.serving.server import InferenceServer
 from engine.settings import ConfigLimits
 from engine.types import InferenceRequest
 from tests.engine.model_factory import make_simple_onnx, make_simple_string, simple_config

@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from engine.config import (
+from engine.config.model_config import (
     DynamicBatching,
     InitialState,
     InstanceGroup,
@@ -22,7 +22,7 @@ from engine.config import (
     VersionPolicy,
     WarmupInput,
 )
-from engine.config_format import (
+from engine.config.text_format import (
     config_to_dict,
     config_to_pbtxt,
     merge_config,

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from engine.config import (
+from engine.config.model_config import (
     DynamicBatching,
     InitialState,
     InstanceGroup,
@@ -20,7 +20,7 @@ from engine.config import (
     VersionPolicy,
     WarmupInput,
 )
-from engine.config_validate import validate_config
+from engine.config.validate import validate_config
 from engine.errors import InvalidArgument
 from tests.engine.model_factory import every_sequence_control
 

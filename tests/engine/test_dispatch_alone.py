@@ -10,10 +10,10 @@ import numpy as np
 
 from engine.backends import Backend
 from engine.backends.base import Device
-from engine.config import DynamicBatching, ModelConfig, TensorConfig
-from engine.dispatch import ALONE_BELOW, IN_FLIGHT_WEIGHT, DynamicDispatcher
-from engine.instances import ModelInstance
-from engine.stats import ModelStats
+from engine.config.model_config import DynamicBatching, ModelConfig, TensorConfig
+from engine.schedulers.dispatcher import ALONE_BELOW, IN_FLIGHT_WEIGHT, DynamicDispatcher
+from engine.serving.instances import ModelInstance
+from engine.serving.stats import ModelStats
 from engine.types import InferenceRequest
 from tests.engine.cpu_clock import FakeClock
 

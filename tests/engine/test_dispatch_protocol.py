@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from engine.config import ModelConfig, SequenceBatching, TensorConfig
-from engine.dispatch import Dispatcher, DynamicDispatcher
-from engine.ensemble import EnsembleDispatcher, EnsemblePlan
+from engine.config.model_config import ModelConfig, SequenceBatching, TensorConfig
+from engine.ensembles.dispatcher import EnsembleDispatcher, EnsemblePlan
 from engine.errors import ModelNotFound
 from engine.schedulers.batcher import PendingRequest
-from engine.sequence_dispatch import SequenceDispatcher
-from engine.stats import ModelStats
+from engine.schedulers.dispatcher import Dispatcher, DynamicDispatcher
+from engine.schedulers.sequence_dispatcher import SequenceDispatcher
+from engine.serving.stats import ModelStats
 from engine.types import InferenceRequest
 
 DISPATCHERS = [DynamicDispatcher, SequenceDispatcher, EnsembleDispatcher]
@@ -97,7 +97,7 @@ def test_it_rechecks_an_ensemble_against_its_composing_models():
 
 
 def test_it_leaves_lifecycle_without_isinstance_on_dispatchers():
-    source = (Path(__file__).parents[2] / "engine" / "lifecycle.py").read_text()
+    source = (Path(__file__).parents[2] / "engine" / "serving" / "lifecycle.py").read_text()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "isinstance":
             assert "Dispatcher" not in ast.unparse(node.args[1]), ast.unparse(node)

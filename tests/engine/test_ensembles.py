@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from engine.errors import InferaError, Unavailable
-from engine.lifecycle import ModelState
-from engine.server import InferenceServer
+from engine.serving.lifecycle import ModelState
+from engine.serving.server import InferenceServer
 from engine.settings import EngineSettings
 from engine.types import InferenceRequest
 from tests.engine.model_factory import make_simple_onnx

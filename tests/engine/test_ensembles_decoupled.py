@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from engine.errors import DecoupledOnly
-from engine.server import InferenceServer
+from engine.serving.server import InferenceServer
 from engine.settings import EngineSettings
 from engine.types import InferenceRequest
 from tests.engine.decoupled_models import (

@@ -12,11 +12,11 @@ import pytest
 from engine.backends import Backend
 from engine.backends.base import Device
 from engine.backends.onnxruntime import default_intra_op_threads
-from engine.config import InstanceGroup, ModelConfig
-from engine.config_format import config_to_dict, parse_config_pbtxt
-from engine.instances import ALONE_EXECUTE_NS, PROBE_EVERY, PROBE_FACTOR, ModelInstance
-from engine.placement import instance_devices
-from engine.repository import with_cpu_instance_counts
+from engine.config.model_config import InstanceGroup, ModelConfig
+from engine.config.text_format import config_to_dict, parse_config_pbtxt
+from engine.serving.instances import ALONE_EXECUTE_NS, PROBE_EVERY, PROBE_FACTOR, ModelInstance
+from engine.serving.placement import instance_devices
+from engine.serving.repository import with_cpu_instance_counts
 from engine.types import InferenceRequest
 from tests.engine.cpu_clock import FakeClock
 
@@ -395,7 +395,7 @@ def test_it_shows_the_default_count_in_the_completed_config_and_shares_cores() -
 
 
 def test_a_served_onnx_model_without_count_runs_two_instances_and_answers(tmp_path: Path) -> None:
-    from engine.server import InferenceServer
+    from engine.serving.server import InferenceServer
     from tests.engine.model_factory import make_simple_onnx
 
     make_simple_onnx(tmp_path, extra_config="instance_group [ { kind: KIND_CPU } ]\n")

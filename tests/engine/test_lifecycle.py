@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from engine.backends import Backend, register_backend
-from engine.config import DynamicBatching, InstanceGroup, ModelConfig, TensorConfig
+from engine.config.model_config import DynamicBatching, InstanceGroup, ModelConfig, TensorConfig
 from engine.errors import BackendError, LoadError, Unavailable
-from engine.lifecycle import ModelManager, ModelState
+from engine.serving.lifecycle import ModelManager, ModelState
 from engine.types import InferenceRequest
 
 

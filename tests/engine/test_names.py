@@ -6,8 +6,8 @@ from pathlib import PurePosixPath
 
 import pytest
 
+from engine.config.names import check_model_name, normalise_file_path, normalise_files, sent_files
 from engine.errors import InvalidArgument
-from engine.names import check_model_name, normalise_file_path, normalise_files, sent_files
 
 
 @pytest.mark.parametrize("raw", ["1/model.py/", "/1/model.py", "1//model.py//", "./1/model.py/.", "1/./model.py"])

@@ -8,9 +8,9 @@ from typing import ClassVar
 import pytest
 
 from engine.backends import Backend, register_backend
-from engine.config import ModelConfig, TensorConfig, VersionPolicy
+from engine.config.model_config import ModelConfig, TensorConfig, VersionPolicy
 from engine.errors import InvalidArgument, ModelNotFound
-from engine.repository import ModelRepository, complete_config, infer_backend, select_versions
+from engine.serving.repository import ModelRepository, complete_config, infer_backend, select_versions
 from tests.engine.model_factory import make_simple_onnx
 
 

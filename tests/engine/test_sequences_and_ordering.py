@@ -8,9 +8,9 @@ import threading
 import numpy as np
 import pytest
 
-from engine.config import DynamicBatching, InstanceGroup, SequenceBatching
+from engine.config.model_config import DynamicBatching, InstanceGroup, SequenceBatching
 from engine.errors import InvalidArgument
-from engine.lifecycle import ModelManager
+from engine.serving.lifecycle import ModelManager
 from engine.types import InferenceRequest
 from tests.engine.test_lifecycle import (  # noqa: F401 - the autouse fixture resets the registered backend
     ScaleBackend,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from engine.errors import LoadError, Unavailable
-from engine.server import InferenceServer
+from engine.serving.server import InferenceServer
 from engine.types import InferenceRequest
 from tests.engine.model_factory import make_simple_onnx
 

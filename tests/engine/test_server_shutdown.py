@@ -10,7 +10,7 @@ import pytest
 
 from engine.errors import InferaError
 from engine.frontend import V2App
-from engine.server import InferenceServer
+from engine.serving.server import InferenceServer
 from engine.types import InferenceRequest
 from tests.engine.frontend.asgi_client import call
 from tests.engine.gated_model import GatedModel

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from engine.errors import DecoupledOnly
-from engine.server import InferenceServer
+from engine.serving.server import InferenceServer
+from engine.serving.streams import ResponseStream
 from engine.settings import EngineSettings
-from engine.streams import ResponseStream
 from engine.types import InferenceRequest
 from tests.engine.decoupled_models import build_decoupled_repository
 

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from engine.errors import InvalidArgument, LoadError
-from engine.server import InferenceServer
+from engine.serving.server import InferenceServer
 from engine.settings import EngineSettings
-from engine.traffic import RollbackGuard, TrafficPolicy, TrafficState, policy_from_dict
+from engine.traffic.policies import RollbackGuard, TrafficPolicy, TrafficState, policy_from_dict
 from engine.types import InferenceRequest
 from tests.engine.model_factory import make_python_model, python_config
 

@@ -13,13 +13,13 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
 
-from engine.config_format import parse_config_pbtxt
+from engine.config.text_format import parse_config_pbtxt
 from engine.errors import IncompatibleVersion
 from engine.frontend import V2App, handlers
 from engine.frontend.grpc_server import GrpcFrontEnd
-from engine.server import InferenceServer, RequestKey
+from engine.serving.server import InferenceServer, RequestKey
 from engine.settings import EngineSettings, GrpcSettings
-from engine.traffic import TrafficPolicy, check_policy
+from engine.traffic.policies import TrafficPolicy, check_policy
 from engine.types import InferenceRequest
 from tests.engine.frontend.asgi_client import call
 from tests.engine.model_factory import make_python_model, python_config

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from engine.errors import InvalidArgument
-from engine.server import InferenceServer
+from engine.serving.server import InferenceServer
 from engine.settings import EngineSettings
-from engine.traffic import TrafficPolicy
+from engine.traffic.policies import TrafficPolicy
 from engine.types import InferenceRequest
 from tests.engine.decoupled_models import DECOUPLED, IN_PROCESS, REPEAT, repeat_config
 from tests.engine.model_factory import make_python_model

@@ -23,7 +23,7 @@ from console.accounts.roles import Role
 from console.accounts.tokens import issue_token
 from engine.errors import Unauthorized
 from engine.frontend import V2App
-from engine.server import InferenceServer
+from engine.serving.server import InferenceServer
 from tests.console.accounts.conftest import make_user
 
 db_async = pytest.mark.django_db(transaction=True)

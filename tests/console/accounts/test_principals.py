@@ -6,9 +6,9 @@ import pytest
 
 from console.accounts.principals import anonymous_principal, principal_for
 from console.accounts.roles import Role
-from engine.admission import check_code
-from engine.config import ModelConfig
+from engine.config.model_config import ModelConfig
 from engine.errors import CodeRefused
+from engine.serving.admission import check_code
 from engine.settings import EngineSettings
 from tests.console.accounts.conftest import make_user
 

@@ -12,8 +12,8 @@ from django.utils import timezone
 from console.accounts import inference_auth
 from console.accounts.inference_auth import TokenCache, Verdict, make_v2_authenticator
 from console.accounts.roles import Role
-from engine.admission import Principal
 from engine.errors import Unauthorized, Unavailable
+from engine.serving.admission import Principal
 from tests.console.accounts.test_inference_auth import scope, user_with_token
 
 db_async = pytest.mark.django_db(transaction=True)

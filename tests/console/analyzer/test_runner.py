@@ -14,7 +14,7 @@ from console.analyzer import services
 from console.analyzer.models import Analysis, AnalysisState
 from console.analyzer.runner import AnalysisRunner
 from console.registry.services import lookups
-from engine.analysis import TEMPORARY_VERSION
+from engine.serving.analysis import TEMPORARY_VERSION
 from tests.console.registry.conftest import SIMPLE_PBTXT
 from tests.console.registry.engine_helpers import infer, reconcile_once, register
 

@@ -23,7 +23,7 @@ from console.monitoring.cluster import ClusterView
 from console.peers.identity import ProcessIdentity
 from deploy.cluster import ClusterError, LocalCluster
 from engine.monitoring.sampler import MetricsSampler
-from engine.server import InferenceServer
+from engine.serving.server import InferenceServer
 from engine.types import InferenceRequest
 from tests.conftest import ServerProcess, serve_process
 from tests.engine.model_factory import make_simple_onnx

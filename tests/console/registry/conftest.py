@@ -11,7 +11,7 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from rest_framework.test import APIClient
 
-from engine.server import InferenceServer
+from engine.serving.server import InferenceServer
 from tests.console.accounts import conftest as accounts_cast
 from tests.engine.model_factory import make_mlp_onnx, make_simple_onnx, simple_config, to_pbtxt
 

@@ -12,7 +12,7 @@ from asgiref.sync import sync_to_async
 from console.registry.models import ModelVersion
 from console.registry.reconciler import Reconciler
 from console.registry.services import lookups, model_actions, new_versions
-from engine.server import InferenceServer
+from engine.serving.server import InferenceServer
 from engine.types import InferenceRequest, InferenceResponse
 from tests.console.registry.conftest import model_file
 

@@ -8,7 +8,7 @@ import pytest
 
 from console.audit.models import AuditEvent
 from console.registry.models import ModelVersion, RegisteredModel, VersionState
-from engine.config_format import parse_config_pbtxt
+from engine.config.text_format import parse_config_pbtxt
 from tests.console.registry.conftest import SIMPLE_PBTXT, model_file, upload
 
 pytestmark = pytest.mark.django_db

@@ -15,9 +15,10 @@ from console.registry.models import ModelVersion, VersionState
 from console.registry.services import lookups
 from console.registry.v2_hooks import _new_version
 from console.runtime_of import RUNTIME_KEY
-from engine import admission, sandbox
-from engine import server as server_module
-from engine.server import InferenceServer
+from engine.isolation import sandbox
+from engine.serving import admission
+from engine.serving import server as server_module
+from engine.serving.server import InferenceServer
 from tests.console.registry.conftest import SIMPLE_PBTXT, model_file, upload, zip_of
 
 pytestmark = pytest.mark.django_db

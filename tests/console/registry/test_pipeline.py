@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from console.demo.pipeline import PIPELINE_CONFIG
 from console.registry.pipeline import ComposingModel, depths, is_ensemble, layout, steps_of
-from engine.config_format import config_to_dict, parse_config_pbtxt
+from engine.config.text_format import config_to_dict, parse_config_pbtxt
 
 DIGITS_PIPELINE = config_to_dict(parse_config_pbtxt(PIPELINE_CONFIG))
 REGISTERED = {

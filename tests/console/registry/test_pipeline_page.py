@@ -8,7 +8,7 @@ import pytest
 
 from console.demo.pipeline import PIPELINE_CONFIG, PREPROCESS_CONFIG
 from console.registry.models import ModelVersion, RegisteredModel, VersionState
-from engine.config_format import config_to_dict, parse_config_pbtxt
+from engine.config.text_format import config_to_dict, parse_config_pbtxt
 from tests.console.accounts.conftest import signed_in
 
 pytestmark = pytest.mark.django_db

@@ -6,7 +6,7 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from console.registry.services import lookups, model_actions, new_versions, version_actions
-from engine.server import InferenceServer
+from engine.serving.server import InferenceServer
 from tests.console.registry.engine_helpers import (
     add,
     change,

@@ -12,7 +12,7 @@ from console.hosting.runtime import Runtime
 from console.registry.models import RegisteredModel
 from console.registry.services import lookups, model_actions, new_versions, traffic_actions, version_actions
 from console.registry.uploads import parse_config_text
-from engine.server import InferenceServer
+from engine.serving.server import InferenceServer
 from engine.settings import GrpcSettings
 from engine.types import InferenceRequest
 from tests.console.registry.conftest import model_file

@@ -2,7 +2,8 @@
 folder) or not at all, and a version folder appears complete.
 
 Every file-system step the upload takes (each rename, folder made, file opened) is observed through Python's audit
-hooks, and before each one the store is read the way a replica's engine reads it at start-up (engine.repository).
+hooks, and before each one the store is read the way a replica's engine reads it at start-up
+(engine.serving.repository).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.repository import ModelRepository
+from engine.serving.repository import ModelRepository
 from tests.console.registry.conftest import SIMPLE_PBTXT, model_file, upload
 
 pytestmark = pytest.mark.django_db

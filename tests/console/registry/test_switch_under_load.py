@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from console.registry.services import version_actions
-from engine.server import InferenceServer
+from engine.serving.server import InferenceServer
 from tests.console.registry.engine_helpers import (
     change,
     infer,

@@ -14,7 +14,7 @@ from console.registry import ensemble_graph
 from console.registry.models import RegisteredModel
 from console.registry.services import model_actions, new_versions
 from console.registry.uploads import parse_config_text
-from engine.server import InferenceServer
+from engine.serving.server import InferenceServer
 from engine.settings import GrpcSettings
 from tests.conftest import manage_command, serve_process
 from tests.console.registry import conftest as registry_cast

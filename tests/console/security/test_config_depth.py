@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from console.registry.models import ModelVersion
-from engine.config_format import MAX_JSON_DEPTH
+from engine.config.text_format import MAX_JSON_DEPTH
 from tests.console.registry import conftest as registry_cast
 from tests.console.registry.conftest import model_file, upload, upload_config
 

@@ -20,7 +20,7 @@ if not torch.cuda.is_available():
 
 from engine.backends.base import Device  # noqa: E402
 from engine.backends.pytorch import PyTorchBackend  # noqa: E402
-from engine.config import DynamicBatching, InstanceGroup, ModelConfig, TensorConfig  # noqa: E402
+from engine.config.model_config import DynamicBatching, InstanceGroup, ModelConfig, TensorConfig  # noqa: E402
 from engine.errors import LoadError  # noqa: E402
 
 GPU = Device("GPU", 0)
@@ -174,7 +174,7 @@ def test_a_gpu_the_machine_lacks_is_refused_at_load(tmp_path) -> None:
 
 def test_two_instances_on_one_gpu_answer_every_concurrent_request_right(tmp_path) -> None:
     """Batches of many sizes on two instances at once: captures on one thread while the other copies and replays."""
-    from engine.server import InferenceServer
+    from engine.serving.server import InferenceServer
     from engine.types import InferenceRequest
 
     write_cnn(tmp_path, cnn_config("pair", instances=2))

@@ -23,8 +23,8 @@ from engine.backends.gpu_transfers import (
 )
 from engine.backends.onnxruntime import OnnxRuntimeBackend
 from engine.backends.torch_cuda import CudaGraphs, batch_buckets, first_rows, graphs_wanted
-from engine.config import InstanceGroup, TensorConfig
-from engine.placement import instance_devices
+from engine.config.model_config import InstanceGroup, TensorConfig
+from engine.serving.placement import instance_devices
 from tests.engine.model_factory import make_simple_onnx, simple_config
 
 CPU, GPU = Device("CPU", 0), Device("GPU", 0)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.config import DynamicBatching, InstanceGroup
-from engine.config_format import parse_config_pbtxt
+from engine.config.model_config import DynamicBatching, InstanceGroup
+from engine.config.text_format import parse_config_pbtxt
 from tests.engine import model_factory as factory
 
 

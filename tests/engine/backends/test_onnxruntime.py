@@ -9,7 +9,7 @@ import pytest
 
 from engine.backends import Device, get_backend
 from engine.backends.onnxruntime import DEFAULT_MAX_BATCH_SIZE, OnnxRuntimeBackend
-from engine.config import (
+from engine.config.model_config import (
     InitialState,
     InstanceGroup,
     ModelConfig,
@@ -19,7 +19,7 @@ from engine.config import (
     SequenceState,
     TensorConfig,
 )
-from engine.config_validate import validate_config
+from engine.config.validate import validate_config
 from engine.errors import BackendError, LoadError
 from tests.engine.model_factory import (
     make_mlp_onnx,

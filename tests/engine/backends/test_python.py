@@ -12,7 +12,7 @@ import pytest
 
 from engine.backends import Device, get_backend
 from engine.backends.python import PythonBackend
-from engine.config import ModelConfig
+from engine.config.model_config import ModelConfig
 from engine.errors import BackendError, InvalidArgument, LoadError
 from tests.engine.model_factory import (
     make_python_model,

@@ -10,7 +10,7 @@ import pytest
 
 from engine.backends import Device, get_backend
 from engine.backends.pytorch import PyTorchBackend, positional_order
-from engine.config import (
+from engine.config.model_config import (
     ModelConfig,
     SequenceBatching,
     SequenceControl,

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from engine.frontend import V2App
-from engine.server import InferenceServer
+from engine.serving.server import InferenceServer
 from engine.settings import EngineSettings
 from tests.engine.model_factory import make_simple_onnx
 

@@ -59,7 +59,7 @@ def make_fp16_double(repo: Path, name: str = "fp16_double") -> Path:
     import onnx
     from onnx import TensorProto, helper
 
-    from engine.config import ModelConfig, TensorConfig
+    from engine.config.model_config import ModelConfig, TensorConfig
 
     two = helper.make_tensor("two", TensorProto.FLOAT16, [], [2.0])
     graph = helper.make_graph(

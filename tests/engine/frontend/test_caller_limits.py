@@ -11,12 +11,12 @@ import pytest
 import pytest_asyncio
 from tritonclient.grpc import service_pb2_grpc
 
-from engine.admission import Principal
 from engine.errors import Unauthorized
 from engine.frontend import V2App
 from engine.frontend.caller_limits import CallerLimits, TooManyInFlight, caller_key
 from engine.frontend.grpc_server import GrpcFrontEnd
-from engine.server import InferenceServer
+from engine.serving.admission import Principal
+from engine.serving.server import InferenceServer
 from engine.settings import EngineSettings, GrpcSettings, read_engine_settings
 from tests.engine.frontend.test_grpc_security import simple_request
 from tests.engine.model_factory import make_simple_onnx

@@ -17,7 +17,7 @@ import uvicorn
 
 from engine.frontend import Reply, Route, V2App
 from engine.frontend.direct_http import DIRECT_BODY_BYTES, DirectRequestsProtocol, direct_length, response_bytes
-from engine.server import InferenceServer
+from engine.serving.server import InferenceServer
 from engine.settings import EngineSettings
 from tests.engine.model_factory import make_simple_onnx
 

@@ -34,7 +34,7 @@ async def test_shared_memory_status_and_refusals_name_the_problem(v2_app, kind, 
 async def test_trace_settings_round_trip_and_a_trace_file_records_every_request_in_order(v2_server, tmp_path):
     import json
 
-    from engine.tracing import Tracer
+    from engine.monitoring.tracing import Tracer
 
     v2_server.tracer = Tracer(tmp_path)
     app = V2App(v2_server)
@@ -67,7 +67,7 @@ async def test_trace_settings_round_trip_and_a_trace_file_records_every_request_
 async def test_the_tensors_level_records_each_requests_inputs_and_outputs(v2_server, tmp_path):
     import json
 
-    from engine.tracing import Tracer
+    from engine.monitoring.tracing import Tracer
 
     v2_server.tracer = Tracer(tmp_path)
     app = V2App(v2_server)
@@ -95,7 +95,7 @@ async def test_the_tensors_level_records_each_requests_inputs_and_outputs(v2_ser
 
 
 async def test_trace_count_rate_and_frequency_bound_what_is_written(v2_server, tmp_path):
-    from engine.tracing import Tracer
+    from engine.monitoring.tracing import Tracer
 
     folder = tmp_path / "traces"
     folder.mkdir()
@@ -121,7 +121,7 @@ async def test_trace_count_rate_and_frequency_bound_what_is_written(v2_server, t
 async def test_trace_settings_refuse_what_they_cannot_do_and_never_write_outside_their_folder(
     v2_server, tmp_path, setting, status, message
 ):
-    from engine.tracing import Tracer
+    from engine.monitoring.tracing import Tracer
 
     v2_server.tracer = Tracer(tmp_path)
     answer = await call(V2App(v2_server), "POST", "/v2/trace/setting", orjson.dumps(setting))
@@ -140,7 +140,7 @@ async def test_logging_settings_change_the_servers_loggers_live(v2_app, v2_serve
 
 
 async def test_only_callers_who_may_change_models_change_logging(v2_server):
-    from engine.admission import Principal
+    from engine.serving.admission import Principal
 
     async def viewer(scope) -> Principal:
         return Principal("val", role="viewer", user_id=3)

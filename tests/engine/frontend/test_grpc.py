@@ -15,7 +15,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from engine.frontend.grpc_server import GrpcFrontEnd
-from engine.server import InferenceServer
+from engine.serving.server import InferenceServer
 from engine.settings import EngineSettings, GrpcSettings
 from tests.engine.frontend.v2_checks import GUARD_INPUT, check_guard_output
 
@@ -175,7 +175,7 @@ async def test_log_and_trace_settings_round_trip(client, front_end, tmp_path):
     assert logging.getLogger("engine").getEffectiveLevel() == logging.INFO
     import json
 
-    from engine.tracing import Tracer
+    from engine.monitoring.tracing import Tracer
 
     assert list((await client.get_trace_settings()).settings["trace_level"].value) == ["OFF"]
     front_end.server.tracer = Tracer(tmp_path)

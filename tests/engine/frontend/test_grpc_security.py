@@ -16,10 +16,10 @@ import pytest_asyncio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from engine.config import ModelConfig, TensorConfig
+from engine.config.model_config import ModelConfig, TensorConfig
 from engine.errors import Unauthorized
 from engine.frontend.grpc_server import GrpcFrontEnd
-from engine.server import InferenceServer
+from engine.serving.server import InferenceServer
 from engine.settings import EngineSettings, GrpcSettings
 from tests.engine.model_factory import make_simple_onnx, write_model_folder
 
@@ -58,7 +58,7 @@ def make_echo_onnx(repo: Path, name: str = "echo") -> None:
 
 async def authenticate(scope: dict) -> object:
     """Token mode in miniature: one good key, everything else refused."""
-    from engine.admission import Principal
+    from engine.serving.admission import Principal
 
     for name, value in scope["headers"]:
         if name == b"authorization":
@@ -233,7 +233,7 @@ SERVER_SCRIPT = textwrap.dedent(
     import asyncio, sys
     from pathlib import Path
     from engine.frontend.grpc_server import GrpcFrontEnd
-    from engine.server import InferenceServer
+    from engine.serving.server import InferenceServer
     from engine.settings import EngineSettings, GrpcSettings
     from tests.engine.frontend.test_grpc_security import authenticate
 

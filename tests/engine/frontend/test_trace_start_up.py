@@ -17,8 +17,8 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from engine.errors import Unsupported
+from engine.monitoring.tracing import Tracer
 from engine.settings import SettingError, TraceStartUp, read_engine_settings
-from engine.tracing import Tracer
 from tests.engine.frontend.server_process import free_port, running_server
 from tests.engine.model_factory import make_simple_onnx
 

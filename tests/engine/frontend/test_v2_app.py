@@ -9,9 +9,9 @@ import numpy as np
 import orjson
 import pytest
 
-from engine.admission import Principal
 from engine.errors import InferaError, Unauthorized
 from engine.frontend import V2App
+from engine.serving.admission import Principal
 from tests.engine.frontend.asgi_client import call
 from tests.engine.frontend.conftest import APP_BODY_LIMIT
 

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 import pytest_asyncio
 
-from engine.admission import Principal, admit, code_reason
 from engine.errors import InvalidArgument
 from engine.frontend.generate import answer_once, generate_request
-from engine.server import InferenceServer
+from engine.serving.admission import Principal, admit, code_reason
+from engine.serving.server import InferenceServer
+from engine.serving.streams import ResponseStream
 from engine.settings import EngineSettings
-from engine.streams import ResponseStream
 from engine.types import InferenceRequest
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.backends import Backend, register_backend
-from engine.config import DynamicBatching, ModelConfig, TensorConfig
+from engine.config.model_config import DynamicBatching, ModelConfig, TensorConfig
 from engine.types import InferenceRequest
 from tests.engine.model_factory import to_pbtxt
 

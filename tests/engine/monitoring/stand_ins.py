@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from engine.lifecycle import ModelState
 from engine.monitoring.devices import CpuSample, DeviceSample
-from engine.stats import ComputeTimes, ModelStats
+from engine.serving.lifecycle import ModelState
+from engine.serving.stats import ComputeTimes, ModelStats
 
 
 @dataclass

@@ -10,7 +10,7 @@ from engine.errors import BackendError
 from engine.monitoring.devices import DeviceSampler
 from engine.monitoring.prometheus import CONTENT_TYPE, MetricsApp, check_families
 from engine.monitoring.sampler import MetricsSampler
-from engine.server import InferenceServer
+from engine.serving.server import InferenceServer
 from tests.engine.monitoring.doubling_model import doubler_request, write_doubler
 
 MODEL_COUNTERS = (

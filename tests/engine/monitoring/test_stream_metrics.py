@@ -8,7 +8,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from engine.monitoring.prometheus import EngineCollector, render_metrics
-from engine.server import InferenceServer
+from engine.serving.server import InferenceServer
 from engine.settings import EngineSettings
 from engine.types import InferenceRequest
 from tests.engine.decoupled_models import build_decoupled_repository

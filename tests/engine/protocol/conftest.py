@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.config import ModelConfig, TensorConfig
+from engine.config.model_config import ModelConfig, TensorConfig
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.config import ModelConfig, TensorConfig
+from engine.config.model_config import ModelConfig, TensorConfig
 from engine.errors import InvalidArgument
 from engine.protocol import decode_infer_request
 

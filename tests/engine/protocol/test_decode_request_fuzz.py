@@ -8,7 +8,7 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.config import ModelConfig
+from engine.config.model_config import ModelConfig
 from engine.errors import InvalidArgument
 from engine.protocol import decode_infer_request
 from engine.types import InferenceRequest

@@ -7,7 +7,7 @@ import asyncio
 import numpy as np
 import pytest
 
-from engine.config import DynamicBatching, ModelConfig, QueuePolicy, TensorConfig
+from engine.config.model_config import DynamicBatching, ModelConfig, QueuePolicy, TensorConfig
 from engine.errors import QueueFull, Unavailable
 from engine.schedulers.batcher import DynamicBatcher, PendingRequest, shape_key
 from engine.types import InferenceRequest

@@ -7,7 +7,7 @@ import asyncio
 import numpy as np
 import pytest
 
-from engine.config import ModelConfig, SequenceBatching
+from engine.config.model_config import ModelConfig, SequenceBatching
 from engine.errors import InvalidArgument
 from engine.schedulers.batcher import PendingRequest
 from engine.schedulers.sequence import SequenceBatcher

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.config import (
+from engine.config.model_config import (
     InitialState,
     ModelConfig,
     SequenceBatching,

@@ -26,10 +26,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
 from console.demo.sequences import SIMPLE_SEQUENCE_ONNX_CONFIG, accumulator_onnx_bytes
-from engine.config import InstanceGroup, SequenceBatching
+from engine.config.model_config import InstanceGroup, SequenceBatching
 from engine.errors import InvalidArgument
-from engine.lifecycle import ModelManager
 from engine.schedulers.sequence import SequenceBacklogFull, TooManySequences
+from engine.serving.lifecycle import ModelManager
 from engine.settings import SequenceLimits
 from engine.types import current_caller
 from tests.engine.frontend.server_process import free_port, running_server

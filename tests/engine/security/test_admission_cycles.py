@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine import admission
-from engine.config_format import parse_config_json
-from engine.ensemble import ensemble_cycle
+from engine.config.text_format import parse_config_json
+from engine.ensembles.dispatcher import ensemble_cycle
 from engine.errors import InvalidArgument, LoadError
-from engine.server import InferenceServer
+from engine.serving import admission
+from engine.serving.server import InferenceServer
 from engine.settings import EngineSettings
 from engine.types import InferenceRequest
 from tests.engine.model_factory import make_simple_onnx

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from engine.errors import InferaError
-from engine.server import InferenceServer
+from engine.serving.server import InferenceServer
 from engine.types import InferenceRequest
 from tests.engine.backends.python_models import BLS_SYNC, IN_PROCESS, INT32_PAIR, INT32_SUMS
 from tests.engine.model_factory import make_python_model, make_simple_onnx, python_config

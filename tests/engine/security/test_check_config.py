@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from engine.admission import SYSTEM, Principal, check_config
-from engine.config_format import parse_config_pbtxt
+from engine.config.text_format import parse_config_pbtxt
 from engine.errors import CodeRefused, InferaError
+from engine.serving.admission import SYSTEM, Principal, check_config
 from engine.settings import EngineSettings
 from tests.engine.model_factory import make_simple_onnx, make_simple_string, simple_string_config
 

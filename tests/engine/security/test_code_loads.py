@@ -13,10 +13,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from engine.admission import SYSTEM, Principal
 from engine.errors import CodeRefused, LoadError
 from engine.frontend import V2App
-from engine.server import InferenceServer
+from engine.serving.admission import SYSTEM, Principal
+from engine.serving.server import InferenceServer
 from engine.settings import EngineSettings
 from tests.engine.frontend.asgi_client import call
 from tests.engine.model_factory import make_hostile_pt2, make_simple_onnx

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.config import ModelConfig
-from engine.config_format import MAX_JSON_DEPTH, load_json, merge_config, parse_config_json
+from engine.config.model_config import ModelConfig
+from engine.config.text_format import MAX_JSON_DEPTH, load_json, merge_config, parse_config_json
 from engine.errors import InvalidArgument, LoadError
-from engine.server import InferenceServer, config_override
+from engine.serving.server import InferenceServer, config_override
 from tests.engine.model_factory import make_simple_onnx
 
 DEEP = '{"name": "m", "parameters": ' + "[" * 100_000 + "]" * 100_000 + "}"

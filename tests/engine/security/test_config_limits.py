@@ -8,10 +8,10 @@ import textwrap
 
 import pytest
 
-from engine.admission import check_limits
-from engine.config import InstanceGroup, ModelWarmup, WarmupInput
+from engine.config.model_config import InstanceGroup, ModelWarmup, WarmupInput
 from engine.errors import InvalidArgument, LoadError
-from engine.server import InferenceServer
+from engine.serving.admission import check_limits
+from engine.serving.server import InferenceServer
 from engine.settings import ConfigLimits
 from tests.engine.model_factory import make_python_model, python_config, simple_config
 from tests.engine.security import warmup_gate

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from engine.frontend import V2App
-from engine.repository import ModelRepository
-from engine.server import InferenceServer
+from engine.serving.repository import ModelRepository
+from engine.serving.server import InferenceServer
 
 
 async def ready_status(app: V2App) -> int:

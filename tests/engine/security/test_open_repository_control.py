@@ -24,7 +24,7 @@ from tritonclient.utils import InferenceServerException
 
 from engine.frontend import V2App
 from engine.frontend.grpc_server import GrpcFrontEnd
-from engine.server import InferenceServer
+from engine.serving.server import InferenceServer
 from engine.settings import EngineSettings, GrpcSettings, SettingError, read_engine_settings
 from tests.conftest import serve_process
 from tests.engine.frontend.asgi_client import call

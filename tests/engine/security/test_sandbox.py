@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.admission import SYSTEM, admit
 from engine.errors import LoadError
+from engine.serving.admission import SYSTEM, admit
 from engine.settings import EngineSettings, SandboxSettings
 from tests.engine.model_factory import make_python_model, make_simple_onnx, python_config
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.confinement import landlock_abi
 from engine.errors import LoadError
-from engine.sandbox import MAX_REASON_CHARS, MAX_REASON_LINES
+from engine.isolation.confinement import landlock_abi
+from engine.isolation.sandbox import MAX_REASON_CHARS, MAX_REASON_LINES
 from tests.conftest import ADMIN_PASSWORD, manage_command, serve_process
 from tests.engine.backends.test_python import unpacked_environment
 from tests.engine.model_factory import make_simple_onnx

@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from engine.errors import InvalidArgument
-from engine.shared_memory import SHM_ROOT, SharedMemoryRegistry
+from engine.protocol.shared_memory import SHM_ROOT, SharedMemoryRegistry
 
 
 @pytest.fixture

@@ -18,10 +18,10 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from engine.admission import ANONYMOUS, Principal
 from engine.errors import InvalidArgument, NotFound
+from engine.protocol.shared_memory import SHM_ROOT, RegionTooLarge, SharedMemoryRegistry, TooManyRegions
+from engine.serving.admission import ANONYMOUS, Principal
 from engine.settings import SharedMemoryLimits
-from engine.shared_memory import SHM_ROOT, RegionTooLarge, SharedMemoryRegistry, TooManyRegions
 from tests.conftest import manage_command, serve_process
 from tests.engine.model_factory import make_simple_onnx
 

@@ -19,7 +19,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from engine.errors import InvalidArgument
-from engine.shared_memory import SHM_ROOT, SharedMemoryRegistry
+from engine.protocol.shared_memory import SHM_ROOT, SharedMemoryRegistry
 from tests.conftest import manage_command, serve_process
 from tests.engine.model_factory import make_simple_onnx
 
@@ -144,8 +144,8 @@ SIZE = ROWS * 16 * 4
 @pytest.fixture
 async def big_engine(tmp_path, monkeypatch):
     """An engine serving `simple` with room for ROWS rows, and a list of (copy, thread) of each shm copy it makes."""
-    from engine.server import InferenceServer
-    from engine.shared_memory import Region
+    from engine.protocol.shared_memory import Region
+    from engine.serving.server import InferenceServer
 
     make_simple_onnx(tmp_path, name="simple", max_batch_size=ROWS)
     server = InferenceServer(tmp_path, gpu_count=0)

@@ -17,12 +17,12 @@ import orjson
 import pytest
 from tritonclient.grpc import service_pb2
 
-from engine import tracing
 from engine.frontend import V2App
 from engine.frontend.grpc_server import GrpcFrontEnd
-from engine.server import InferenceServer
+from engine.monitoring import tracing
+from engine.monitoring.tracing import Tracer
+from engine.serving.server import InferenceServer
 from engine.settings import EngineSettings, GrpcSettings
-from engine.tracing import Tracer
 from tests.engine.frontend.asgi_client import call
 from tests.engine.frontend.server_process import running_server
 from tests.engine.frontend.test_v2_app import simple_request

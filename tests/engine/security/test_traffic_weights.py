@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from engine.errors import InvalidArgument
-from engine.traffic import TrafficPolicy, check_policy, policy_from_dict
+from engine.traffic.policies import TrafficPolicy, check_policy, policy_from_dict
 
 
 @pytest.mark.parametrize("weight", [1e308, float("inf"), float("nan"), -1.0, 100.5])

@@ -8,24 +8,25 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
-from engine import __version__, admission
-from engine.admission import SYSTEM, Principal
-from engine.config import ModelConfig
-from engine.config_format import config_to_dict
-from engine.custom_metrics import CustomMetrics
-from engine.devices import gpu_count
+from engine import __version__
+from engine.config.model_config import ModelConfig
+from engine.config.text_format import config_to_dict
 from engine.errors import Forbidden, InferaError, ModelNotFound
-from engine.lifecycle import ModelManager, ModelState, ModelStatus, ServedVersion, VersionStatus
-from engine.log_settings import LogSettings
-from engine.model_loading import ModelLoader, config_override
-from engine.model_services import ModelServices
-from engine.repository import ModelRepository
+from engine.monitoring.custom_metrics import CustomMetrics
+from engine.monitoring.log_settings import LogSettings
+from engine.monitoring.tracing import Tracer
+from engine.protocol.shared_memory import SharedMemoryRegistry
+from engine.serving import admission
+from engine.serving.admission import SYSTEM, Principal
+from engine.serving.devices import gpu_count
+from engine.serving.lifecycle import ModelManager, ModelState, ModelStatus, ServedVersion, VersionStatus
+from engine.serving.model_loading import ModelLoader, config_override
+from engine.serving.model_services import ModelServices
+from engine.serving.repository import ModelRepository
+from engine.serving.streams import ResponseStream
 from engine.settings import EngineSettings
-from engine.shared_memory import SharedMemoryRegistry
-from engine.streams import ResponseStream
-from engine.tracing import Tracer
-from engine.traffic import TrafficPolicy, TrafficState, check_policy, policy_from_dict
-from engine.traffic_router import RequestKey, RollbackListener, Routable, TrafficRouter, VersionRoute
+from engine.traffic.policies import TrafficPolicy, TrafficState, check_policy, policy_from_dict
+from engine.traffic.router import RequestKey, RollbackListener, Routable, TrafficRouter, VersionRoute
 from engine.types import InferenceRequest, InferenceResponse
 
 log = logging.getLogger("infera.engine")
@@ -45,8 +46,8 @@ EXTENSIONS = [
 class InferenceServer:
     """What a front end talks to: load and unload models, look them up, run inference, read stats.
 
-    Loads are asked for by a `Principal` (engine.admission); whether a load runs code and whether its config fits
-    the server's limits is decided here, for every entry point, with this server's `settings`.
+    Loads are asked for by a `Principal` (engine.serving.admission); whether a load runs code and whether its config
+    fits the server's limits is decided here, for every entry point, with this server's `settings`.
     """
 
     def __init__(
@@ -176,7 +177,7 @@ class InferenceServer:
         self, name: str, version_dir: Path, config: ModelConfig, *, caller: Principal
     ) -> admission.Admissible:
         """An edited config for a stored version, checked as its load would check it with nothing loaded
-        (engine.admission.check_config); its effective config is what `admit` then trial-loads."""
+        (engine.serving.admission.check_config); its effective config is what `admit` then trial-loads."""
         effective = admission.check_config(name, Path(version_dir), config, caller, self.settings)
         return admission.Admissible(name, effective, caller)
 
@@ -215,7 +216,7 @@ class InferenceServer:
         override: dict | None = None,
         checked: admission.Admissible | None = None,
     ) -> ModelConfig:
-        """The effective config of a version from outside, trial-loaded in the sandbox (see engine.admission)."""
+        """The effective config of a version from outside, trial-loaded in the sandbox (engine.serving.admission)."""
         return await asyncio.to_thread(
             self.admit_blocking, name, version_dir, config, caller=caller, override=override, checked=checked
         )
@@ -250,7 +251,7 @@ class InferenceServer:
         )
 
     async def _load_model(self, name: str, **load: Any) -> None:
-        """`load_model`'s keywords and the chain of ensembles loading it, to the loader (engine.model_loading)."""
+        """`load_model`'s keywords and the ensembles loading it, to the loader (engine.serving.model_loading)."""
         self.model_services.bind(asyncio.get_running_loop())
         await self.loader.load(name, **load)
 
@@ -342,7 +343,7 @@ class InferenceServer:
         return {"model_stats": [s.stats.to_dict() for s in served]}
 
     def route(self, request: Routable) -> VersionRoute:
-        """The one version `request` runs on (see engine.traffic_router): a front end asks before it decodes."""
+        """The one version `request` runs on (see engine.traffic.router): a front end asks before it decodes."""
         return self.router.route(request)
 
     def infer(self, request: InferenceRequest, route: VersionRoute | None = None) -> Awaitable[InferenceResponse]:

@@ -12,14 +12,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from engine.config import ModelConfig
-from engine.devices import usable_cores
+from engine.config.model_config import ModelConfig
 from engine.errors import BackendError, InferaError, Unavailable
-from engine.instances import ModelInstance
 from engine.schedulers.batcher import Batch, DynamicBatcher, PendingRequest
-from engine.stats import ModelStats
-from engine.streams import StreamTimes
-from engine.tasks import cancel_and_wait
+from engine.serving.devices import usable_cores
+from engine.serving.instances import ModelInstance
+from engine.serving.stats import ModelStats
+from engine.serving.streams import StreamTimes
+from engine.serving.tasks import cancel_and_wait
 from engine.types import InferenceRequest, InferenceResponse
 
 # A model serves one request at a time while the running average of the requests it has in flight when a batch
@@ -59,8 +59,8 @@ def _mark_compute(trace, start_ns: int, times) -> None:
 
 @runtime_checkable
 class Dispatcher(Protocol):
-    """What a model version (engine.lifecycle) asks of its scheduler, whichever it is: DynamicDispatcher here,
-    engine.sequence_dispatch.SequenceDispatcher, engine.ensemble.EnsembleDispatcher.
+    """What a model version (engine.serving.lifecycle) asks of its scheduler, whichever it is: DynamicDispatcher here,
+    engine.schedulers.sequence_dispatcher.SequenceDispatcher, engine.ensembles.dispatcher.EnsembleDispatcher.
 
     The queries after `submit` have the answers of a scheduler with no sequences and no composing models; a
     scheduler that has them says so.
@@ -105,7 +105,7 @@ class Dispatcher(Protocol):
 
 class DynamicDispatcher(Dispatcher):
     """Drives one model version's batcher: wakes on arrivals, free instances and delay deadlines (sequence models
-    have engine.sequence_dispatch).
+    have engine.schedulers.sequence_dispatcher).
 
     A batch forms while others compute: an instance that is idle while another runs takes what queued meanwhile.
     Several idle instances also share what is queued (each batch takes at most its share) when batches run on the
@@ -376,7 +376,7 @@ class DynamicDispatcher(Dispatcher):
                 self._fail(p, Unavailable(f"model '{self.name}' version {self.version} is unloading"))
 
 
-# ---- shared with engine.sequence_dispatch
+# ---- shared with engine.schedulers.sequence_dispatcher
 
 
 async def answer(pending: PendingRequest, stats: ModelStats, name: str, version: int) -> InferenceResponse:

@@ -13,16 +13,16 @@ import functools
 import time
 from pathlib import Path
 
-from engine.config import ModelConfig
-from engine.dispatch import Dispatcher, answer, wake_or_deadline
+from engine.config.model_config import ModelConfig
 from engine.errors import BackendError, InferaError, InvalidArgument, Unavailable
-from engine.instances import ModelInstance
 from engine.schedulers.batcher import PendingRequest
+from engine.schedulers.dispatcher import Dispatcher, answer, wake_or_deadline
 from engine.schedulers.sequence import SequenceBatch, SequenceBatcher
 from engine.schedulers.sequence_inputs import SequenceInputs
+from engine.serving.instances import ModelInstance
+from engine.serving.stats import ModelStats
+from engine.serving.tasks import cancel_and_wait
 from engine.settings import SequenceLimits
-from engine.stats import ModelStats
-from engine.tasks import cancel_and_wait
 from engine.types import InferenceRequest, InferenceResponse, current_caller
 
 

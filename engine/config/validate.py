@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 
-from engine.config import (
+from engine.config.datatypes import WIRE_TYPES, wire_to_config
+from engine.config.model_config import (
     InitialState,
     InstanceGroup,
     ModelConfig,
@@ -14,9 +15,8 @@ from engine.config import (
     SequenceState,
     TensorConfig,
 )
-from engine.datatypes import WIRE_TYPES, wire_to_config
+from engine.config.names import check_model_name
 from engine.errors import InvalidArgument
-from engine.names import check_model_name
 
 DATA_TYPES: frozenset[str] = frozenset(wire_to_config(wire) for wire in WIRE_TYPES)
 INSTANCE_KINDS = ("KIND_AUTO", "KIND_CPU", "KIND_GPU", "KIND_MODEL")

@@ -13,9 +13,8 @@ from collections.abc import Awaitable, Callable
 
 import numpy as np
 
-from engine.config import ModelConfig
-from engine.custom_metrics import CustomMetrics
-from engine.datatypes import wire_type_of
+from engine.config.datatypes import wire_type_of
+from engine.config.model_config import ModelConfig
 from engine.errors import (
     DecoupledOnly,
     InferaError,
@@ -25,8 +24,9 @@ from engine.errors import (
     Unavailable,
     Unsupported,
 )
+from engine.monitoring.custom_metrics import CustomMetrics
 from engine.protocol.validation import check_input, check_required_inputs, common_batch_size, input_config
-from engine.streams import ResponseStream, StreamedResponse
+from engine.serving.streams import ResponseStream, StreamedResponse
 from engine.types import InferenceRequest, InferenceResponse, ModelCall, ModelCallResult, RequestedOutput
 
 # pb_utils.TritonError codes

@@ -4,7 +4,7 @@
 cycle, every output produced) and against the composing models' configs (loaded, types and shapes that can
 match, batch sizes); `EnsembleDispatcher` runs one request: a step starts as soon as all its inputs exist, so
 independent branches run at once, and each step is an ordinary request to its model, batched there with
-everyone else's. Decoupled steps make the ensemble stream, as in Triton (engine.ensemble_streams).
+everyone else's. Decoupled steps make the ensemble stream, as in Triton (engine.ensembles.streams).
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.config import ModelConfig, TensorConfig
-from engine.dispatch import Dispatcher
-from engine.ensemble_streams import Labels, StreamedEnsemble, label_steps
+from engine.config.model_config import ModelConfig, TensorConfig
+from engine.ensembles.streams import Labels, StreamedEnsemble, label_steps
 from engine.errors import BackendError, InferaError, InvalidArgument
-from engine.stats import ModelStats
-from engine.streams import ResponseStream, StreamStats
+from engine.schedulers.dispatcher import Dispatcher
+from engine.serving.stats import ModelStats
+from engine.serving.streams import ResponseStream, StreamStats
 from engine.types import InferenceRequest, InferenceResponse
 
 Infer = Callable[[InferenceRequest], Awaitable[InferenceResponse]]
@@ -226,7 +226,7 @@ def _clash(given: TensorConfig, wanted: TensorConfig) -> str | None:
 class EnsembleDispatcher(Dispatcher):
     """Runs an ensemble's requests: each step an ordinary request to its model, steps at once where they can.
 
-    With `labels` (some step is decoupled, engine.ensemble_streams) a request is a stream: the ensemble answers
+    With `labels` (some step is decoupled, engine.ensembles.streams) a request is a stream: the ensemble answers
     once per complete set of outputs, each decoupled step's every response running the steps after it."""
 
     composes = True

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.config import ModelConfig, TensorConfig
+from engine.config.model_config import ModelConfig, TensorConfig
 from engine.errors import IncompatibleVersion, InvalidArgument
 
 MODES = ("active", "canary", "shadow")

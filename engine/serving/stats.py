@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from engine.streams import StreamStats
+    from engine.serving.streams import StreamStats
 
 # recent request latencies kept for percentiles; the sampler reads a one-second window of them
 LATENCY_WINDOW = 8192
@@ -66,7 +66,7 @@ class ModelStats:
         self.execution_count = 0
         self.last_inference_ms = 0
         self.pending = 0
-        # a sequence model's live sequences, backlog and slots (engine.sequence_dispatch), None for other models
+        # a sequence model's live sequences, backlog and slots (engine.schedulers.sequence_dispatcher), None for others
         self.sequences: dict[str, int] | None = None
         self.batches: dict[int, BatchStats] = {}
         # successful and failed requests by the front end they came through ("http", "grpc")

@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from engine.errors import InferaError
-from engine.streams import ResponseStream, StreamClosed, StreamTimes
+from engine.serving.streams import ResponseStream, StreamClosed, StreamTimes
 from engine.types import InferenceRequest
 
 if TYPE_CHECKING:
-    from engine.ensemble import EnsembleDispatcher, EnsemblePlan, EnsembleStep
+    from engine.ensembles.dispatcher import EnsembleDispatcher, EnsemblePlan, EnsembleStep
 
 
 @dataclass(frozen=True)

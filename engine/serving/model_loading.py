@@ -11,15 +11,15 @@ import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path, PurePosixPath
 
-from engine import admission
-from engine.admission import Principal
-from engine.config import ModelConfig
-from engine.config_format import load_json, parse_config_json
-from engine.ensemble import EnsemblePlan, step_models
+from engine.config.model_config import ModelConfig
+from engine.config.names import check_model_name, normalise_files
+from engine.config.text_format import load_json, parse_config_json
+from engine.ensembles.dispatcher import EnsemblePlan, step_models
 from engine.errors import Forbidden, InferaError, InvalidArgument, LoadError
-from engine.lifecycle import ModelManager
-from engine.names import check_model_name, normalise_files
-from engine.repository import ModelRepository, complete_config, resolve_config, select_versions
+from engine.serving import admission
+from engine.serving.admission import Principal
+from engine.serving.lifecycle import ModelManager
+from engine.serving.repository import ModelRepository, complete_config, resolve_config, select_versions
 from engine.settings import EngineSettings
 
 log = logging.getLogger("infera.engine")

@@ -2,7 +2,7 @@
 
 Parsing goes through the protobuf schema in `engine/proto/model_config.proto` (Triton's field names and
 numbers), so every field a Triton repository may use is accepted and a typo is reported by name. The
-result is the engine's `ModelConfig` dataclass (`engine/config_message.py` converts); fields the dataclass
+result is the engine's `ModelConfig` dataclass (`engine/config/message.py` converts); fields the dataclass
 has no place for are accepted and dropped.
 """
 
@@ -15,8 +15,8 @@ from typing import Any
 import orjson
 from google.protobuf import json_format, text_format
 
-from engine.config import ModelConfig
-from engine.config_message import PACKAGE_PREFIX, from_message, to_message
+from engine.config.message import PACKAGE_PREFIX, from_message, to_message
+from engine.config.model_config import ModelConfig
 from engine.errors import InvalidArgument
 from engine.proto import model_config_pb2 as pb
 

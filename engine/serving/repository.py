@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from engine.backends import get_backend
-from engine.config import ModelConfig, VersionPolicy, cpu_instance_count
-from engine.config_format import CONFIG_FILES, merge_config, read_config_file
-from engine.config_validate import check_model_filename, validate_config
+from engine.config.model_config import ModelConfig, VersionPolicy, cpu_instance_count
+from engine.config.text_format import CONFIG_FILES, merge_config, read_config_file
+from engine.config.validate import check_model_filename, validate_config
 from engine.errors import InvalidArgument, ModelNotFound
 
 __all__ = [

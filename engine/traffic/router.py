@@ -1,11 +1,11 @@
 """The traffic router: in front of the model manager, it chooses the one version each request runs on, once.
 
 A request that names a version gets it; one that continues a sequence stays on the version running it (a retired
-one still draining included); any other follows the model's traffic policy (engine.traffic): the active version, a
-canary's drawn version, or the active version with a shadow copy for the candidate. A front end asks `route` before
-it decodes the request (a `RequestKey` from the request's parameters), decodes against the routed version's config,
-and runs it with `infer` or `infer_stream` on that `VersionRoute`: nothing looks the version up again. The policies in
-force, the shadow copies under way and the rollback guard's verdicts live here too.
+one still draining included); any other follows the model's traffic policy (engine.traffic.policies): the active
+version, a canary's drawn version, or the active version with a shadow copy for the candidate. A front end asks
+`route` before it decodes the request (a `RequestKey` from the request's parameters), decodes against the routed
+version's config, and runs it with `infer` or `infer_stream` on that `VersionRoute`: nothing looks the version up
+again. The policies in force, the shadow copies under way and the rollback guard's verdicts live here too.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from engine.errors import DecoupledOnly, InferaError, InvalidArgument, ModelNotFound
-from engine.lifecycle import ModelManager, ModelState, ServedVersion
-from engine.streams import ResponseStream, StreamTimes
-from engine.traffic import TrafficPolicy, TrafficState, check_policy
+from engine.serving.lifecycle import ModelManager, ModelState, ServedVersion
+from engine.serving.streams import ResponseStream, StreamTimes
+from engine.traffic.policies import TrafficPolicy, TrafficState, check_policy
 from engine.types import InferenceRequest, InferenceResponse
 
 log = logging.getLogger("infera.engine")

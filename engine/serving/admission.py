@@ -4,7 +4,7 @@ This is the one place that decides "this load runs code" (a python model, a torc
 config of the backend that will really load the version, after file names were normalised, for every entry point
 (uploads, /v2 repository loads, gRPC, imports, the engine's own start-up). A caller is a `Principal`; the console
 maps its users and roles onto one, the engine never sees a role. Versions from outside are admitted with a trial
-load in a sandboxed child process (engine.sandbox) before they may serve.
+load in a sandboxed child process (engine.isolation.sandbox) before they may serve.
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.backends import get_backend
-from engine.config import ModelConfig, VersionPolicy
-from engine.config_validate import validate_config
-from engine.datatypes import config_to_wire, numpy_dtype
-from engine.ensemble import cycle_error, ensemble_cycle, step_models
+from engine.config.datatypes import config_to_wire, numpy_dtype
+from engine.config.model_config import ModelConfig, VersionPolicy
+from engine.config.names import check_model_name
+from engine.config.validate import validate_config
+from engine.ensembles.dispatcher import cycle_error, ensemble_cycle, step_models
 from engine.errors import CodeRefused, Forbidden, InferaError, InvalidArgument, LoadError
-from engine.names import check_model_name
-from engine.placement import trial_load
-from engine.repository import (
+from engine.serving.placement import trial_load
+from engine.serving.repository import (
     MODEL_FILE_BACKENDS,
     ModelRepository,
     complete_config,
@@ -255,7 +255,7 @@ def admit(
         raise InvalidArgument(f"the admission check of model '{checked.name}' does not admit model '{name}'")
     resolved = checked.config
     if settings.sandbox.enabled:
-        from engine.sandbox import trial_load_isolated
+        from engine.isolation.sandbox import trial_load_isolated
 
         effective = trial_load_isolated(name, Path(version_dir), resolved, settings.sandbox, gpus)
     else:

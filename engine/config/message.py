@@ -14,7 +14,7 @@ from typing import Any
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
-from engine.config import (
+from engine.config.model_config import (
     DynamicBatching,
     InitialState,
     InstanceGroup,

@@ -1,7 +1,7 @@
 """Trial loads of untrusted model versions in a child process, so a loader bug cannot run code in the server.
 
 The child is a fresh interpreter (`python -I`) that reads the parent's request, then confines itself before it
-reads any file it was sent (engine.confinement): no network (a network namespace of its own with only a down
+reads any file it was sent (engine.isolation.confinement): no network (a network namespace of its own with only a down
 loopback, where the kernel allows one, and Landlock's TCP rules), no Unix sockets (a seccomp filter: path sockets
 such as PostgreSQL's are not covered by Landlock), no capabilities (so no other process's /proc/<pid>/environ or
 memory), reads only in the version folder, the engine's package, the Python install and the system's libraries
@@ -10,7 +10,7 @@ temporary folder, which is also its home and working directory, and no signals t
 the kernel has it), an environment holding no secret, and limits on address space, CPU time, open files and file
 size; the parent kills its whole process group when the wall-clock timeout passes.
 It completes the config and loads the version once on the CPU through the same code as a real load
-(engine.placement.trial_load), then prints the effective config as JSON on its last line of output. A failure
+(engine.serving.placement.trial_load), then prints the effective config as JSON on its last line of output. A failure
 reason it gives is shown only bounded and printable (`shown_reason`).
 """
 
@@ -33,16 +33,16 @@ import unicodedata
 from pathlib import Path
 
 import engine
-from engine.config import ModelConfig
-from engine.config_format import config_to_dict, parse_config_json
-from engine.confinement import drop_capabilities, forbid_local_sockets, restrict_paths
+from engine.config.model_config import ModelConfig
+from engine.config.names import without_folders
+from engine.config.text_format import config_to_dict, parse_config_json
 from engine.errors import InferaError, InvalidArgument, LoadError
-from engine.names import without_folders
+from engine.isolation.confinement import drop_capabilities, forbid_local_sockets, restrict_paths
 from engine.settings import SandboxSettings
 
 log = logging.getLogger("infera.engine")
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # what the child may see of the parent's environment: nothing that could hold a secret
 PASSED_VARIABLES = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH")
 MAX_OPEN_FILES = 1024
@@ -55,7 +55,7 @@ CLONE_NEWNET = 0x40000000
 # the project's folder leaves sys.path once the engine is imported: the child may not list it (the var folder)
 _CHILD = (
     "import sys; sys.path.insert(0, sys.argv[1]); "
-    "from engine.sandbox import child_main; sys.path.remove(sys.argv[1]); sys.exit(child_main(sys.argv[2:]))"
+    "from engine.isolation.sandbox import child_main; sys.path.remove(sys.argv[1]); sys.exit(child_main(sys.argv[2:]))"
 )
 PYTHON_INSTALL = tuple(
     dict.fromkeys(
@@ -266,8 +266,8 @@ def child_main(argv: list[str]) -> int:
     given = parse_config_json(request["config"])
     isolation = confine(int(argv[0]), int(argv[1]), Path.cwd(), readable_paths(version_dir, given))
     # imported after confinement: the backends and the files are what is untrusted
-    from engine.placement import trial_load
-    from engine.repository import complete_config
+    from engine.serving.placement import trial_load
+    from engine.serving.repository import complete_config
 
     try:
         config = complete_config(request["name"], version_dir.parent, version_dir, given)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from engine.backends import Backend, Device, get_backend
 from engine.backends.base import InstanceContext
-from engine.config import InstanceGroup, ModelConfig, cpu_instance_count
+from engine.config.model_config import InstanceGroup, ModelConfig, cpu_instance_count
 from engine.errors import LoadError
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.datatypes import config_to_wire
+from engine.config.datatypes import config_to_wire
 
 # platform -> backend, as Triton resolves them
 PLATFORM_BACKENDS = {

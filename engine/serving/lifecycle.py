@@ -13,18 +13,18 @@ from typing import Any
 import numpy as np
 
 from engine.backends.base import InstanceContext
-from engine.config import ModelConfig
-from engine.datatypes import config_to_wire, numpy_dtype
-from engine.dispatch import Dispatcher, DynamicDispatcher
-from engine.ensemble import EnsembleDispatcher, EnsemblePlan
+from engine.config.datatypes import config_to_wire, numpy_dtype
+from engine.config.model_config import ModelConfig
+from engine.config.names import without_folders
+from engine.ensembles.dispatcher import EnsembleDispatcher, EnsemblePlan
 from engine.errors import LoadError, ModelNotFound, Unavailable
-from engine.instances import ModelInstance
-from engine.names import without_folders
-from engine.placement import instance_slots, open_backend
-from engine.sequence_dispatch import SequenceDispatcher
+from engine.schedulers.dispatcher import Dispatcher, DynamicDispatcher
+from engine.schedulers.sequence_dispatcher import SequenceDispatcher
+from engine.serving.instances import ModelInstance
+from engine.serving.placement import instance_slots, open_backend
+from engine.serving.stats import ModelStats
+from engine.serving.streams import StreamStats
 from engine.settings import SequenceLimits
-from engine.stats import ModelStats
-from engine.streams import StreamStats
 from engine.types import InferenceRequest, InferenceResponse
 
 log = logging.getLogger("infera.engine")
@@ -125,7 +125,7 @@ class ServedVersion:
     async def load(self, gpus: int, services: Any = None, sequence_limits: SequenceLimits | None = None) -> None:
         """Create and load every instance, warm up, then start taking requests; cleans up on failure.
 
-        `services` (engine.model_services.ModelServices) is what model code of this version may call on.
+        `services` (engine.serving.model_services.ModelServices) is what model code of this version may call on.
         """
         if self.config.backend_name == "ensemble":
             self._load_ensemble(services)

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from engine.datatypes import wire_type_of
+from engine.config.datatypes import wire_type_of
 from engine.errors import InferaError, InvalidArgument, Unsupported
 from engine.settings import SettingError, TraceLimits
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from engine.backends.base import Backend
-from engine.stats import ComputeTimes
+from engine.serving.stats import ComputeTimes
 from engine.types import BatchOutputs, InferenceRequest
 
 _STOP = object()

@@ -22,20 +22,20 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from engine import admission
-from engine.config import DynamicBatching, InstanceGroup, ModelConfig, cpu_instance_count
-from engine.config_format import config_to_dict, merge_config
-from engine.config_validate import validate_config
-from engine.datatypes import numpy_dtype
+from engine.config.datatypes import numpy_dtype
+from engine.config.model_config import DynamicBatching, InstanceGroup, ModelConfig, cpu_instance_count
+from engine.config.text_format import config_to_dict, merge_config
+from engine.config.validate import validate_config
 from engine.errors import InferaError, InvalidArgument
-from engine.lifecycle import ServedVersion
 from engine.protocol.validation import check_input, check_required_inputs, common_batch_size, input_config
+from engine.serving import admission
+from engine.serving.lifecycle import ServedVersion
 from engine.settings import ConfigLimits
 from engine.types import InferenceRequest
 
 if TYPE_CHECKING:
-    from engine.admission import Principal
-    from engine.server import InferenceServer
+    from engine.serving.admission import Principal
+    from engine.serving.server import InferenceServer
 
 TEMPORARY_VERSION = 0  # never a Triton version (version folders are 1, 2, ...): what logs and stats name it
 INT_BOUND = 1 << 15  # random integers stay within ±2^15, so a sum or product of two fits the narrowest wide type
@@ -90,7 +90,7 @@ def grid_candidates(
             "(sequence models and ensembles cannot)"
         )
     group = copy.deepcopy(base.instance_group[0]) if base.instance_group else InstanceGroup(count_given=False)
-    # the count the base serves with: a CPU group that names none gets Triton's default (engine.config)
+    # the count the base serves with: a CPU group that names none gets Triton's default (engine.config.model_config)
     served_count = group.count if group.kind == "KIND_GPU" else cpu_instance_count(group, base.backend_name)
     delay = base.dynamic_batching.max_queue_delay_microseconds if base.dynamic_batching else 0
     candidates = []

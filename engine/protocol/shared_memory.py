@@ -30,8 +30,8 @@ from typing import TypeVar
 
 import numpy as np
 
-from engine.admission import ANONYMOUS, Principal
 from engine.errors import InferaError, InvalidArgument, NotFound, PayloadTooLarge
+from engine.serving.admission import ANONYMOUS, Principal
 from engine.settings import SharedMemoryLimits
 
 # The POSIX shm mount itself, not a temp folder: keys are one name, opened without following links.

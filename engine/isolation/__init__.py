@@ -1,0 +1,1 @@
+"""Confinement of code the engine does not trust: the trial-load sandbox and the kernel restrictions it applies."""

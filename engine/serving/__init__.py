@@ -1,0 +1,1 @@
+"""Serving models: the `InferenceServer` facade, admission, loading, versions, instances and their statistics."""

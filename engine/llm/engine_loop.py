@@ -4,7 +4,8 @@ Each turn: take the requests submitted and cancelled since the last turn (from a
 the plan in one forward pass (`ModelRunner.execute`), `sample` one token per sampling sequence (each seeded
 sequence from its own generator), `update_from_output`, then hand each request its update through its `sink`:
 the new token, the text it adds (detokenized incrementally, stop strings cut and held back while they could still
-match), and on the last one why it finished and its token counts. A cancel (`cancel`, the client went away) aborts
+match), the token's logprobs when the request asks for them, and on the last one why it finished and its token
+counts. A cancel (`cancel`, the client went away) aborts
 the sequence between steps: its blocks are freed at once and its sink gets a final update ("abort").
 
 A failure of the model fails the requests of that step and then every other request of this engine, and the
@@ -25,7 +26,7 @@ import torch
 
 from engine.errors import BackendError, InvalidArgument
 from engine.llm.model_runner import ModelRunner
-from engine.llm.sampling import SamplingParams, SamplingRow, make_generator, sample
+from engine.llm.sampling import SampledToken, SamplingParams, SamplingRow, make_generator, sample
 from engine.llm.scheduler import LLMScheduler, LLMSequence, SequenceOutput
 from engine.llm.text import IncrementalText, StopMatcher
 
@@ -50,6 +51,7 @@ class GenerationUpdate:
     completion_tokens: int = 0
     cached_tokens: int = 0  # prompt tokens found in the prefix cache
     error: Exception | None = None  # the request ends with this (a prompt too long, the model failed)
+    logprobs: tuple[SampledToken, ...] = ()  # each new token's logprob and alternatives, when the request asks
 
 
 @dataclass(slots=True)
@@ -209,18 +211,20 @@ class LLMEngine:
                     _deliver(live.request, GenerationUpdate(finished=True, error=failed))
             raise
         self.steps += 1
-        sampled = {seq_id: token.token_id for seq_id, token in zip(seq_ids, tokens, strict=True)}
+        drawn = dict(zip(seq_ids, tokens, strict=True))
+        sampled = {seq_id: token.token_id for seq_id, token in drawn.items()}
         for output in self.scheduler.update_from_output(plan, sampled, self.clock()):
-            self._answer(output)
+            self._answer(output, drawn.get(output.seq_id))
 
     def _row(self, seq_id: Hashable) -> SamplingRow:
         live = self._live[seq_id]
         return SamplingRow(live.request.params, live.seq.prompt_token_ids, live.seq.output_token_ids, live.generator)
 
-    def _answer(self, output: SequenceOutput) -> None:
+    def _answer(self, output: SequenceOutput, token: SampledToken | None = None) -> None:
         live = self._live.get(output.seq_id)
         if live is None:
             return
+        logprobs = (token,) if token is not None and token.logprob is not None else ()
         ended_by_token = output.finish_reason is not None and output.token_id in (
             {self.eos_token_id} | live.seq.stop_token_ids
         )
@@ -233,14 +237,16 @@ class LLMEngine:
             reason = "stop"
             self.scheduler.abort(output.seq_id, self.clock())
         if reason is None:
-            _deliver(live.request, GenerationUpdate((output.token_id,), piece))
+            _deliver(live.request, GenerationUpdate((output.token_id,), piece, logprobs=logprobs))
             return
         if not stopped:
             piece += live.stops.rest()
         del self._live[output.seq_id]
-        _deliver(live.request, self._final(live, (output.token_id,), piece, reason))
+        _deliver(live.request, self._final(live, (output.token_id,), piece, reason, logprobs))
 
-    def _final(self, live: _Live, token_ids: tuple[int, ...], text: str, reason: str) -> GenerationUpdate:
+    def _final(
+        self, live: _Live, token_ids: tuple[int, ...], text: str, reason: str, logprobs: tuple[SampledToken, ...] = ()
+    ) -> GenerationUpdate:
         seq = live.seq
         return GenerationUpdate(
             token_ids,
@@ -250,6 +256,7 @@ class LLMEngine:
             prompt_tokens=len(seq.prompt_token_ids),
             completion_tokens=len(seq.output_token_ids),
             cached_tokens=seq.num_cached_tokens,
+            logprobs=logprobs,
         )
 
     def _fail_all(self, reason: str) -> None:

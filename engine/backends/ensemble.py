@@ -6,6 +6,7 @@ from typing import Any
 
 from engine.backends import register_backend
 from engine.backends.base import Backend
+from engine.ensembles.plan import EnsemblePlan
 from engine.errors import BackendError, InferaError, LoadError
 
 
@@ -17,8 +18,6 @@ class EnsembleBackend(Backend):
 
     def load(self) -> None:
         """Check the steps on their own; the composing models are checked when the ensemble serves."""
-        from engine.ensembles.dispatcher import EnsemblePlan
-
         try:
             EnsemblePlan(self.config)
         except InferaError as exc:

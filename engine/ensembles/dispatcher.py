@@ -1,209 +1,37 @@
-"""Triton's ensemble scheduler: a model whose `ensemble_scheduling.step`s pass tensors from model to model.
+"""Triton's ensemble scheduler: an ensemble's requests run as ordinary requests to its steps' models.
 
-`EnsemblePlan` reads and checks the steps on their own (every tensor produced once, read only once produced, no
-cycle, every output produced) and against the composing models' configs (loaded, types and shapes that can
-match, batch sizes); `EnsembleDispatcher` runs one request: a step starts as soon as all its inputs exist, so
-independent branches run at once, and each step is an ordinary request to its model, batched there with
-everyone else's. Decoupled steps make the ensemble stream, as in Triton (engine.ensembles.streams).
+`EnsembleDispatcher` runs one request of an `EnsemblePlan` (engine.ensembles.plan): a step starts as soon as all its
+inputs exist, so independent branches run at once, and each step is an ordinary request to its model, batched there
+with everyone else's.
+
+Decoupled steps make the ensemble stream, as in Triton: each response of a decoupled step runs the steps after it
+once more, and the ensemble answers once per complete set of its outputs, then sends the final flag. An ensemble
+with a decoupled step is decoupled itself, as Triton sets its transaction policy: /infer refuses it,
+generate_stream and gRPC streams serve it. `StreamedEnsemble` runs one such request as scopes: the request's own
+(label 0), then one scope per response of each decoupled step, holding that response's tensors and running the
+steps of its label.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import time
-from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
 
 import numpy as np
 
-from engine.config.model_config import ModelConfig, TensorConfig
-from engine.ensembles.streams import Labels, StreamedEnsemble, label_steps
+from engine.ensembles.plan import ConfigOf, EnsemblePlan, EnsembleStep, Labels
 from engine.errors import BackendError, InferaError, InvalidArgument
 from engine.schedulers.dispatcher import Dispatcher
 from engine.serving.stats import ModelStats
-from engine.serving.streams import ResponseStream, StreamStats
+from engine.serving.streams import ResponseStream, StreamClosed, StreamStats, StreamTimes
 from engine.types import InferenceRequest, InferenceResponse
 
 Infer = Callable[[InferenceRequest], Awaitable[InferenceResponse]]
 InferStream = Callable[[InferenceRequest], Awaitable[ResponseStream]]
-ConfigOf = Callable[[str, int | None], ModelConfig]
-StepRunner = Callable[["EnsembleStep", InferenceRequest, dict[str, np.ndarray]], Awaitable[dict[str, np.ndarray]]]
-
-
-@dataclass(frozen=True)
-class EnsembleStep:
-    """One step: the model it calls and how its tensors map to the ensemble's (model name -> ensemble name)."""
-
-    index: int
-    model_name: str
-    model_version: int  # -1: the version the model serves
-    input_map: dict[str, str]
-    output_map: dict[str, str]
-
-    @property
-    def label(self) -> str:
-        return f"step {self.index} ('{self.model_name}')"
-
-
-class EnsemblePlan:
-    """An ensemble's steps, checked: who produces each tensor, and in which order steps may run."""
-
-    def __init__(self, config: ModelConfig) -> None:
-        self.config = config
-        self.name = config.name
-        raw = (config.ensemble_scheduling or {}).get("step") or []
-        prefix = f"ensemble '{config.name}'"
-        if not raw:
-            raise InvalidArgument(f"{prefix}: ensemble_scheduling has no step")
-        self.steps = [
-            EnsembleStep(
-                index,
-                str(step.get("model_name", "")),
-                int(step.get("model_version", -1)),
-                dict(step.get("input_map", {})),
-                dict(step.get("output_map", {})),
-            )
-            for index, step in enumerate(raw)
-        ]
-        self.inputs = {t.name for t in config.input}
-        self.producer: dict[str, EnsembleStep] = {}
-        for step in self.steps:
-            if not step.model_name:
-                raise InvalidArgument(f"{prefix}: step {step.index} names no model")
-            if not step.output_map:
-                raise InvalidArgument(f"{prefix}: {step.label} has no output_map")
-            for tensor in step.output_map.values():
-                if tensor in self.inputs:
-                    raise InvalidArgument(f"{prefix}: {step.label} produces '{tensor}', which is an ensemble input")
-                if tensor in self.producer:
-                    raise InvalidArgument(
-                        f"{prefix}: tensor '{tensor}' is produced twice, by {self.producer[tensor].label} and "
-                        f"{step.label}"
-                    )
-                self.producer[tensor] = step
-        for step in self.steps:
-            for model_input, tensor in step.input_map.items():
-                if tensor not in self.inputs and tensor not in self.producer:
-                    raise InvalidArgument(
-                        f"{prefix}: {step.label} reads '{tensor}' (for its input '{model_input}'), which no step "
-                        "produces and which is not an ensemble input"
-                    )
-        for output in config.output:
-            if output.name not in self.producer:
-                raise InvalidArgument(f"{prefix}: ensemble output '{output.name}' is produced by no step")
-        self.order = self._order(prefix)
-
-    def models(self) -> list[str]:
-        """The composing models, in step order, once each."""
-        return list(dict.fromkeys(step.model_name for step in self.steps))
-
-    def problem(self, config_of: ConfigOf) -> str | None:
-        """Why the ensemble cannot serve with the models loaded now (a missing model, a type or shape that
-        cannot match), or None."""
-        prefix = f"ensemble '{self.name}'"
-        types: dict[str, TensorConfig] = {t.name: t for t in self.config.input}
-        for step in self.order:
-            version = step.model_version if step.model_version > 0 else None
-            try:
-                model = config_of(step.model_name, version)
-            except InferaError:
-                wanted = f"version {version} of " if version else ""
-                return f"{prefix}: {step.label} needs {wanted}model '{step.model_name}', which is not loaded"
-            if self.config.max_batch_size > model.max_batch_size:
-                return (
-                    f"{prefix}: max_batch_size {self.config.max_batch_size} is over the max_batch_size "
-                    f"{model.max_batch_size} of '{step.model_name}' ({step.label})"
-                )
-            for model_input, tensor in step.input_map.items():
-                wanted = model.input_named(model_input)
-                if wanted is None:
-                    return f"{prefix}: {step.label}: model '{step.model_name}' has no input '{model_input}'"
-                given = types.get(tensor)
-                if given is not None and (clash := _clash(given, wanted)):
-                    return f"{prefix}: {step.label}: tensor '{tensor}' for input '{model_input}' {clash}"
-            for model_output, tensor in step.output_map.items():
-                produced = model.output_named(model_output)
-                if produced is None:
-                    return f"{prefix}: {step.label}: model '{step.model_name}' has no output '{model_output}'"
-                types[tensor] = produced
-        for output in self.config.output:
-            if clash := _clash(types[output.name], output):
-                return f"{prefix}: ensemble output '{output.name}' {clash}"
-        labels = label_steps(self, self.decoupled_steps(config_of))
-        return labels if isinstance(labels, str) else None
-
-    def decoupled_steps(self, config_of: ConfigOf) -> set[int]:
-        """The steps whose model is decoupled (among those loaded now)."""
-        found = set()
-        for step in self.steps:
-            try:
-                config = config_of(step.model_name, step.model_version if step.model_version > 0 else None)
-            except InferaError:
-                continue
-            if config.decoupled:
-                found.add(step.index)
-        return found
-
-    def labels(self, config_of: ConfigOf) -> Labels | None:
-        """Where each step's inputs come from when some step is decoupled (the ensemble then streams), else None."""
-        decoupled = self.decoupled_steps(config_of)
-        labels = label_steps(self, decoupled) if decoupled else None
-        return labels if isinstance(labels, Labels) else None
-
-    def _order(self, prefix: str) -> list[EnsembleStep]:
-        """The steps in an order where each runs after the steps producing its inputs; InvalidArgument on a cycle."""
-        available = set(self.inputs)
-        order: list[EnsembleStep] = []
-        left = list(self.steps)
-        while left:
-            ready = [s for s in left if all(t in available for t in s.input_map.values())]
-            if not ready:
-                names = ", ".join(s.label for s in left)
-                raise InvalidArgument(f"{prefix}: the steps form a cycle: {names} wait for each other's outputs")
-            for step in ready:
-                available.update(step.output_map.values())
-                left.remove(step)
-                order.append(step)
-        return order
-
-
-def step_models(config: ModelConfig) -> list[str]:
-    """The models an ensemble's steps name, once each, read without checking the steps (none for other models)."""
-    if config.backend_name != "ensemble":
-        return []
-    raw = (config.ensemble_scheduling or {}).get("step") or []
-    return list(dict.fromkeys(str(s["model_name"]) for s in raw if isinstance(s, dict) and s.get("model_name")))
-
-
-def ensemble_cycle(start: str, calls: Callable[[str], Iterable[str]]) -> list[str] | None:
-    """A chain of ensemble calls from `start` back to itself (`[start, ..., start]`), or None.
-
-    `calls(name)` names the models the ensemble `name` calls (nothing for a model that is no ensemble). Only cycles
-    through `start` count: one further down is the problem of its own members, refused when they load.
-    """
-    path, seen = [start], {start}
-    stack = [iter(calls(start))]
-    while stack:
-        for model in stack[-1]:
-            if model == start:
-                return [*path, start]
-            if model not in seen:
-                seen.add(model)
-                path.append(model)
-                stack.append(iter(calls(model)))
-                break
-        else:
-            stack.pop()
-            path.pop()
-    return None
-
-
-def cycle_error(path: list[str]) -> InvalidArgument:
-    """The refusal of an ensemble that would call itself, naming the chain."""
-    chain = " -> ".join(f"'{name}'" for name in path)
-    return InvalidArgument(
-        f"ensemble {chain} is a cycle: an ensemble may not call itself, directly or through other ensembles"
-    )
+StepRunner = Callable[[EnsembleStep, InferenceRequest, dict[str, np.ndarray]], Awaitable[dict[str, np.ndarray]]]
 
 
 def _collect(step: EnsembleStep, outputs: dict[str, np.ndarray], tensors: dict[str, np.ndarray]) -> None:
@@ -213,20 +41,10 @@ def _collect(step: EnsembleStep, outputs: dict[str, np.ndarray], tensors: dict[s
             tensors[tensor] = outputs[model_output]
 
 
-def _clash(given: TensorConfig, wanted: TensorConfig) -> str | None:
-    """Why a tensor of `given`'s type and dims cannot feed one declared as `wanted`, or None."""
-    if given.data_type != wanted.data_type:
-        return f"is {given.data_type}, the input takes {wanted.data_type}"
-    dims, other = list(given.dims), list(wanted.dims)
-    if len(dims) != len(other) or any(a != b and -1 not in (a, b) for a, b in zip(dims, other, strict=True)):
-        return f"has dims {dims}, the input takes {other}"
-    return None
-
-
 class EnsembleDispatcher(Dispatcher):
     """Runs an ensemble's requests: each step an ordinary request to its model, steps at once where they can.
 
-    With `labels` (some step is decoupled, engine.ensembles.streams) a request is a stream: the ensemble answers
+    With `labels` (some step is decoupled: `StreamedEnsemble`) a request is a stream: the ensemble answers
     once per complete set of outputs, each decoupled step's every response running the steps after it."""
 
     composes = True
@@ -363,3 +181,91 @@ class EnsembleDispatcher(Dispatcher):
     def _remember(self, index: int, began: float, ended: float) -> None:
         self.step_seconds.append((index, began, ended))
         del self.step_seconds[:-256]
+
+
+class StreamedEnsemble:
+    """One request through an ensemble with decoupled steps; its responses go to `request.stream`."""
+
+    def __init__(self, dispatcher: EnsembleDispatcher, request: InferenceRequest, labels: Labels) -> None:
+        if request.stream is None or dispatcher.infer_stream is None:
+            raise TypeError("a streamed ensemble needs the request's stream and the engine's infer_stream")
+        self.dispatcher = dispatcher
+        self.request = request
+        self.stream: ResponseStream = request.stream
+        self.labels = labels
+        self.scopes: set[asyncio.Task] = set()  # the scopes the decoupled steps' responses started
+        self.inner: list[ResponseStream] = []  # the decoupled steps' own streams, cancelled with this one
+
+    async def run(self) -> None:
+        stats = self.dispatcher.stats
+        if stats.streams is not None:
+            stats.streams.opened()
+        self.stream.when_final(functools.partial(self._record, time.monotonic_ns()))
+        self.stream.on_cancel = self._cancel
+        try:
+            await self._scope(0, dict(self.request.inputs))
+            while self.scopes:
+                done, _ = await asyncio.wait(self.scopes, return_when=asyncio.FIRST_EXCEPTION)
+                for task in done:
+                    self.scopes.discard(task)
+                    task.result()  # a step's failure ends the whole stream
+        except InferaError as exc:
+            for task in self.scopes:
+                task.cancel()
+            self._cancel()
+            self.stream.fail(exc)
+            return
+        with contextlib.suppress(StreamClosed):
+            self.stream.send(final=True)
+
+    def _record(self, started_ns: int, times: StreamTimes) -> None:
+        """The stream's final response: the ensemble's statistics, as a decoupled model's are kept."""
+        stats = self.dispatcher.stats
+        duration = times.ended_ns - started_ns
+        if times.failed:
+            stats.record_failure(duration, self.request.protocol)
+        else:
+            stats.record_success(duration, 0, times.ended_ns, self.request.protocol)
+            stats.inference_count += self.request.batch_size
+            stats.execution_count += 1
+        if stats.streams is not None:
+            stats.streams.closed(times)
+
+    async def _scope(self, label: int, tensors: dict[str, np.ndarray]) -> None:
+        """Run the steps of `label` on `tensors`; answer when they hold the ensemble's outputs."""
+        plan = self.dispatcher.plan
+        steps = [step for step in plan.steps if self.labels.of_step[step.index] == label]
+        await self.dispatcher.run_steps(self.request, tensors, steps, self._run_step)
+        if label == self.labels.outputs and not self.stream.cancelled.is_set():
+            self.stream.send({output.name: tensors[output.name] for output in plan.config.output})
+
+    async def _run_step(
+        self, step: EnsembleStep, request: InferenceRequest, tensors: dict[str, np.ndarray]
+    ) -> dict[str, np.ndarray]:
+        made = self.labels.made_by.get(step.index)
+        if made is None:
+            return await self.dispatcher.call_step(step, request, tensors)
+        # a decoupled step: each response starts a scope of its own; nothing comes back into this one
+        dispatcher = self.dispatcher
+        try:
+            inner = await dispatcher.infer_stream(dispatcher.step_request(step, request, tensors))
+        except InferaError as exc:
+            raise dispatcher.step_error(step, exc) from None
+        self.inner.append(inner)
+        if self.stream.cancelled.is_set():
+            inner.cancel()
+        async for response in inner:
+            if response.error is not None:
+                raise dispatcher.step_error(step, response.error)
+            if response.empty:
+                continue
+            outputs = response.outputs or {}
+            dispatcher.check_outputs(step, outputs)
+            scope = {tensor: outputs[model_output] for model_output, tensor in step.output_map.items()}
+            self.scopes.add(asyncio.ensure_future(self._scope(made, scope)))
+        return {}
+
+    def _cancel(self) -> None:
+        """The client went away (or a step failed): every decoupled step's model is told."""
+        for inner in self.inner:
+            inner.cancel()

@@ -19,7 +19,7 @@ from engine.config.datatypes import config_to_wire, numpy_dtype
 from engine.config.model_config import ModelConfig, VersionPolicy
 from engine.config.names import check_model_name
 from engine.config.validate import validate_config
-from engine.ensembles.dispatcher import cycle_error, ensemble_cycle, step_models
+from engine.ensembles.plan import cycle_error, ensemble_cycle, step_models
 from engine.errors import CodeRefused, Forbidden, InferaError, InvalidArgument, LoadError
 from engine.serving.placement import trial_load
 from engine.serving.repository import (

@@ -16,7 +16,8 @@ from engine.backends.base import InstanceContext
 from engine.config.datatypes import config_to_wire, numpy_dtype
 from engine.config.model_config import ModelConfig
 from engine.config.names import without_folders
-from engine.ensembles.dispatcher import EnsembleDispatcher, EnsemblePlan
+from engine.ensembles.dispatcher import EnsembleDispatcher
+from engine.ensembles.plan import EnsemblePlan
 from engine.errors import LoadError, ModelNotFound, Unavailable
 from engine.schedulers.dispatcher import Dispatcher, DynamicDispatcher
 from engine.schedulers.sequence_dispatcher import SequenceDispatcher

@@ -14,7 +14,7 @@ from pathlib import Path, PurePosixPath
 from engine.config.model_config import ModelConfig
 from engine.config.names import check_model_name, normalise_files
 from engine.config.text_format import load_json, parse_config_json
-from engine.ensembles.dispatcher import EnsemblePlan, step_models
+from engine.ensembles.plan import EnsemblePlan, step_models
 from engine.errors import Forbidden, InferaError, InvalidArgument, LoadError
 from engine.serving import admission
 from engine.serving.admission import Principal

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from engine.config.model_config import ModelConfig, SequenceBatching, TensorConfig
-from engine.ensembles.dispatcher import EnsembleDispatcher, EnsemblePlan
+from engine.ensembles.dispatcher import EnsembleDispatcher
+from engine.ensembles.plan import EnsemblePlan
 from engine.errors import ModelNotFound
 from engine.schedulers.batcher import PendingRequest
 from engine.schedulers.dispatcher import Dispatcher, DynamicDispatcher

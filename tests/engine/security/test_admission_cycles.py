@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from engine.config.text_format import parse_config_json
-from engine.ensembles.dispatcher import ensemble_cycle
+from engine.ensembles.plan import ensemble_cycle
 from engine.errors import InvalidArgument, LoadError
 from engine.serving import admission
 from engine.serving.server import InferenceServer

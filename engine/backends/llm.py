@@ -12,8 +12,12 @@ field of SamplingParams and `stop`, a list of strings) and the scalars `max_toke
 A scalar input wins over `sampling_parameters`, which wins over the request's parameters (where the generate
 extension puts unknown keys). Outputs: `text_output` (STRING [-1], the new text only), and on the last response
 `finish_reason` ("stop", "length"), `prompt_tokens`, `completion_tokens` and `cached_tokens` (INT32 [1], the prompt
-tokens the prefix cache held). Config parameters `openai_text_input`, `openai_text_output` and
-`openai_messages_input` name those tensors for the OpenAI front end.
+tokens the prefix cache held); when `sampling_parameters` asks for `logprobs: k`, each response also carries
+`logprobs` (STRING [1]): a JSON list, one entry per token of that response, {"token_id", "token", "logprob",
+"top_logprobs": the k most likely [{"token_id", "token", "logprob"}]}, the model's own log-softmax (before
+temperature and penalties, vLLM's default). Config parameters `openai_text_input`, `openai_text_output`,
+`openai_messages_input` and `openai_logprobs_output` name those tensors for the OpenAI front end, which also
+tokenizes and detokenizes with the model's tokenizer (`tokenize`, `detokenize`, `token_strings`).
 
 Config parameters of the engine: `max_model_len` (prompt + output tokens; default the model's
 max_position_embeddings capped at 2048), `max_num_seqs` (32), `max_num_batched_tokens` (512), `kv_block_size` (16),
@@ -43,6 +47,7 @@ from engine.types import InferenceRequest
 TEXT_INPUT = "text_input"
 MESSAGES_INPUT = "messages"
 TEXT_OUTPUT = "text_output"
+LOGPROBS_OUTPUT = "logprobs"
 SCALARS = {"max_tokens": int, "temperature": float, "top_p": float, "seed": int}
 COUNT_OUTPUTS = ("prompt_tokens", "completion_tokens", "cached_tokens")
 
@@ -60,11 +65,13 @@ DEFAULT_OUTPUTS = [
     TensorConfig(TEXT_OUTPUT, "TYPE_STRING", [-1]),
     TensorConfig("finish_reason", "TYPE_STRING", [1]),
     *(TensorConfig(name, "TYPE_INT32", [1]) for name in COUNT_OUTPUTS),
+    TensorConfig(LOGPROBS_OUTPUT, "TYPE_STRING", [1]),
 ]
 DEFAULT_PARAMETERS = {
     "openai_text_input": TEXT_INPUT,
     "openai_text_output": TEXT_OUTPUT,
     "openai_messages_input": MESSAGES_INPUT,
+    "openai_logprobs_output": LOGPROBS_OUTPUT,
 }
 
 
@@ -217,7 +224,8 @@ class LLMBackend(Backend):
             )
         streamed = request.inputs.get("stream")
         per_token = bool(streamed is not None and streamed.size and np.asarray(streamed).reshape(-1)[0])
-        sink = _Sink(request.stream, per_token)
+        describe = functools.partial(_logprob_entry, self.tokenizer) if params.logprobs is not None else None
+        sink = _Sink(request.stream, per_token, describe)
         return GenerationRequest(prompt, params, sink, stop=stop, priority=self._priority(request.priority))
 
     def _priority(self, given: int) -> int:
@@ -237,17 +245,51 @@ class LLMBackend(Backend):
                 for m in conversation
             ):
                 raise InvalidArgument("messages must be a JSON list of {role, content} objects")
-            if not getattr(self.tokenizer, "chat_template", None):
-                raise InvalidArgument(f"model '{self.config.name}' has no chat template: send text_input instead")
-            text = self.tokenizer.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False)
-            return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+            return self.tokenize(messages=conversation)
         text = _text(request, TEXT_INPUT)
         if text is None:
             raise InvalidArgument(f"model '{self.config.name}' needs '{TEXT_INPUT}' or '{MESSAGES_INPUT}'")
-        ids = list(self.tokenizer(text)["input_ids"])
+        ids = self.tokenize(text)
         if not ids:
             raise InvalidArgument("the prompt is empty: it needs at least one token")
         return ids
+
+    # --- the tokenizer, for generations and the front ends' tokenize and detokenize -------------------------------
+    def tokenize(
+        self,
+        prompt: str | None = None,
+        messages: list[dict[str, str]] | None = None,
+        *,
+        add_special_tokens: bool | None = None,
+        add_generation_prompt: bool = True,
+    ) -> list[int]:
+        """A prompt's token ids as a generation sees them: a text (special tokens added unless told otherwise), or
+        messages rendered by the model's chat template (none added unless told: the template writes its own)."""
+        if messages is not None:
+            if not getattr(self.tokenizer, "chat_template", None):
+                raise InvalidArgument(f"model '{self.config.name}' has no chat template: send text_input instead")
+            prompt = self.tokenizer.apply_chat_template(
+                messages, add_generation_prompt=add_generation_prompt, tokenize=False
+            )
+            add_special_tokens = bool(add_special_tokens)
+        special = True if add_special_tokens is None else add_special_tokens
+        return list(self.tokenizer(prompt or "", add_special_tokens=special)["input_ids"])
+
+    def detokenize(self, token_ids: list[int]) -> str:
+        """The text of these token ids (special tokens kept); an id the model does not have is refused."""
+        self._check_ids(token_ids)
+        return self.tokenizer.decode(token_ids)
+
+    def token_strings(self, token_ids: list[int]) -> list[str]:
+        """Each id's token as the tokenizer spells it (byte-level tokens as their symbols)."""
+        self._check_ids(token_ids)
+        return [str(token) for token in self.tokenizer.convert_ids_to_tokens(token_ids)]
+
+    def _check_ids(self, token_ids: list[int]) -> None:
+        vocab = self.runner.shape.vocab_size
+        for token in token_ids:
+            if not 0 <= token < vocab:
+                raise InvalidArgument(f"token id {token} is not in model '{self.config.name}' (vocabulary of {vocab})")
 
     def execute(self, batch: list[Any]) -> list[dict[str, np.ndarray] | InferaError]:
         results: list[dict[str, np.ndarray] | InferaError] = []
@@ -273,7 +315,7 @@ class LLMBackend(Backend):
     def llm_stats(self) -> Any:
         """The scheduler's counters and gauges (running, waiting, KV-cache usage, prefix hits, preemptions)."""
         engine = getattr(self, "engine", None)
-        return engine.serving.stats() if engine is not None else None
+        return engine.stats() if engine is not None else None
 
     def unload(self) -> None:
         engine = getattr(self, "engine", None)
@@ -320,13 +362,26 @@ def _eos_ids(runner: Any) -> list[int]:
     return ids
 
 
-class _Sink:
-    """A request's updates to its response stream: a response per token, or one with the whole text."""
+def _logprob_entry(tokenizer: Any, token: Any) -> dict[str, Any]:
+    """One token's entry of the `logprobs` output: its id, text and logprob, and its alternatives alike."""
+    top = [
+        {"token_id": token_id, "token": tokenizer.decode([token_id]), "logprob": logprob}
+        for token_id, logprob in token.top_logprobs
+    ]
+    text = tokenizer.decode([token.token_id])
+    return {"token_id": token.token_id, "token": text, "logprob": token.logprob, "top_logprobs": top}
 
-    def __init__(self, stream: Any, per_token: bool) -> None:
+
+class _Sink:
+    """A request's updates to its response stream: a response per token, or one with the whole text; each with
+    its tokens' logprobs when `describe` (a token's entry) is given."""
+
+    def __init__(self, stream: Any, per_token: bool, describe: Callable[[Any], dict[str, Any]] | None = None) -> None:
         self.stream = stream
         self.per_token = per_token
+        self.describe = describe
         self.text: list[str] = []
+        self.logprobs: list[dict[str, Any]] = []
 
     def __call__(self, update: Any) -> None:
         try:
@@ -343,19 +398,24 @@ class _Sink:
         if update.finish_reason == "abort":
             stream.send(final=True)
             return
+        if self.describe is not None:
+            self.logprobs += [self.describe(token) for token in update.logprobs]
         if not update.finished:
             if self.per_token:
-                stream.send(_text_output(update.text))
+                stream.send(self._outputs(update.text))
             else:
                 self.text.append(update.text)
             return
-        text = update.text if self.per_token else "".join(self.text) + update.text
-        outputs = _text_output(text)
+        outputs = self._outputs(update.text if self.per_token else "".join(self.text) + update.text)
         outputs["finish_reason"] = np.array([update.finish_reason.encode()], dtype=np.object_)
         for name in COUNT_OUTPUTS:
             outputs[name] = np.array([getattr(update, name)], dtype=np.int32)
         stream.send(outputs, final=True)
 
-
-def _text_output(text: str) -> dict[str, np.ndarray]:
-    return {TEXT_OUTPUT: np.array([text.encode("utf-8")], dtype=np.object_)}
+    def _outputs(self, text: str) -> dict[str, np.ndarray]:
+        """The text, and the logprobs gathered since the last response when they are asked for."""
+        outputs = {TEXT_OUTPUT: np.array([text.encode("utf-8")], dtype=np.object_)}
+        if self.describe is not None:
+            outputs[LOGPROBS_OUTPUT] = np.array([json.dumps(self.logprobs).encode()], dtype=np.object_)
+            self.logprobs = []
+        return outputs

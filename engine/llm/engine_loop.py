@@ -10,6 +10,9 @@ the sequence between steps: its blocks are freed at once and its sink gets a fin
 
 A failure of the model fails the requests of that step and then every other request of this engine, and the
 engine refuses new ones naming the failure (`EngineFailed`): the model's instance is broken, the process is not.
+
+A request arrives when it is submitted; the loop records its queue time, its tokens' times and its end where they
+happen, on the engine's clock (engine/llm/metrics.py), and `metrics()` reads them with the scheduler's numbers.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any
 import torch
 
 from engine.errors import BackendError, InvalidArgument
+from engine.llm.metrics import LLMMetrics, RequestTimings
 from engine.llm.model_runner import ModelRunner
 from engine.llm.sampling import SampledToken, SamplingParams, SamplingRow, make_generator, sample
 from engine.llm.scheduler import LLMScheduler, LLMSequence, SequenceOutput
@@ -64,6 +68,7 @@ class GenerationRequest:
     stop: Sequence[str] = ()
     priority: int = 0
     request_id: Hashable = None  # set by `submit`
+    arrival: float | None = None  # set by `submit`, on the engine's clock
 
 
 @dataclass(slots=True)
@@ -73,6 +78,7 @@ class _Live:
     text: IncrementalText
     stops: StopMatcher
     generator: torch.Generator | None
+    scheduled: bool = False  # its queue time is recorded
 
 
 class LLMEngine:
@@ -95,6 +101,7 @@ class LLMEngine:
         self.clock = clock
         self.failure: str | None = None
         self.steps = 0
+        self.timings = RequestTimings()
         self._ids = itertools.count(1)
         self._wake = threading.Condition()
         self._new: list[GenerationRequest] = []
@@ -114,6 +121,7 @@ class LLMEngine:
             if self.failure is not None or self._stopping:
                 raise EngineFailed(self.failure or f"model '{self.name}' is unloading")
             request.request_id = next(self._ids)
+            request.arrival = self.clock()
             self._new.append(request)
             self._wake.notify()
         return request.request_id
@@ -145,12 +153,7 @@ class LLMEngine:
                         self._wake.wait()
                     if self._stopping:
                         break
-                    new, self._new = self._new, []
-                    cancelled, self._cancelled = self._cancelled, []
-                for request in new:
-                    self._admit(request)
-                for request_id in cancelled:
-                    self._abort(request_id)
+                self.intake()
                 if self.scheduler.has_work():
                     self.step()
         except Exception as exc:  # the model (or the engine) failed: this instance is done, the process is not
@@ -159,13 +162,23 @@ class LLMEngine:
             return
         self._fail_all(f"model '{self.name}' is unloading; its open requests end here")
 
+    def intake(self) -> None:
+        """Admit the requests submitted and apply the cancels since the last turn (the loop's thread, or a test's)."""
+        with self._wake:
+            new, self._new = self._new, []
+            cancelled, self._cancelled = self._cancelled, []
+        for request in new:
+            self._admit(request)
+        for request_id in cancelled:
+            self._abort(request_id)
+
     def _admit(self, request: GenerationRequest) -> None:
         params = request.params
         seq = LLMSequence(
             request.request_id,
             list(request.prompt_token_ids),
             params.max_tokens,
-            self.clock(),
+            request.arrival if request.arrival is not None else self.clock(),
             priority=request.priority,
             eos_token_id=self.eos_token_id,
             stop_token_ids=self.extra_stop_ids | frozenset(params.stop_token_ids),
@@ -193,7 +206,9 @@ class LLMEngine:
 
     def step(self) -> None:
         """One turn of planning, model, sampling and answers."""
-        plan = self.scheduler.schedule(self.clock())
+        now = self.clock()
+        plan = self.scheduler.schedule(now)
+        self._record_queue_times(plan.prefills, now)
         if plan.is_empty:  # nothing fits yet: wait for a request or a cancel rather than spin
             with self._wake:
                 if not (self._new or self._cancelled or self._stopping):
@@ -214,7 +229,16 @@ class LLMEngine:
         drawn = dict(zip(seq_ids, tokens, strict=True))
         sampled = {seq_id: token.token_id for seq_id, token in drawn.items()}
         for output in self.scheduler.update_from_output(plan, sampled, self.clock()):
+            self.timings.token(output.first, output.since_previous)
             self._answer(output, drawn.get(output.seq_id))
+
+    def _record_queue_times(self, prefills: Sequence[Any], now: float) -> None:
+        """The queue time of each request this step computes for the first time."""
+        for chunk in prefills:
+            live = self._live.get(chunk.seq_id)
+            if live is not None and not live.scheduled:
+                live.scheduled = True
+                self.timings.scheduled(now - live.seq.arrival)
 
     def _row(self, seq_id: Hashable) -> SamplingRow:
         live = self._live[seq_id]
@@ -247,7 +271,9 @@ class LLMEngine:
     def _final(
         self, live: _Live, token_ids: tuple[int, ...], text: str, reason: str, logprobs: tuple[SampledToken, ...] = ()
     ) -> GenerationUpdate:
+        """The last update of a request that ended with `reason` (a token's, or "abort"); its end is recorded."""
         seq = live.seq
+        self.timings.finished(reason, self.clock() - seq.arrival)
         return GenerationUpdate(
             token_ids,
             text,
@@ -273,6 +299,23 @@ class LLMEngine:
 
     def stats(self) -> Any:
         return self.scheduler.stats()
+
+    def metrics(self) -> LLMMetrics:
+        """The scheduler's gauges and counters with the loop's request times (from any thread)."""
+        stats = self.scheduler.stats()
+        blocks = self.scheduler.blocks
+        reading = LLMMetrics(
+            running=stats.running,
+            waiting=stats.waiting,
+            kv_blocks=blocks.num_blocks,
+            kv_blocks_used=blocks.num_blocks - blocks.num_free_blocks,
+            prefix_queries=stats.prefix_queries,
+            prefix_hits=stats.prefix_hits,
+            preemptions=stats.preemptions,
+            prompt_tokens=stats.prompt_tokens,
+            generation_tokens=stats.generation_tokens,
+        )
+        return self.timings.into(reading)
 
 
 def _deliver(request: GenerationRequest, update: GenerationUpdate) -> None:

@@ -274,7 +274,7 @@ def generate(prompt: str, parameters: dict | None = None, **inputs):
 def step_counts(engine) -> tuple[float, float]:
     """The served model's steps and sequence-steps, from its custom metrics."""
     labels = {"model": "text_generator", "version": "1"}
-    metrics = engine.monitoring.custom_metrics
+    metrics = engine.custom_metrics
     return metrics.value("text_generator_steps_total", labels), metrics.value(
         "text_generator_sequence_steps_total", labels
     )

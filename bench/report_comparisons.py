@@ -70,7 +70,7 @@ def sequences_text(run: dict) -> str:
     launch = served_by(run)
     text = (
         f"Measured by `{run['command']}` on {run['date']}. One Infera process under uvicorn ({launch}) serves "
-        "three copies of `console/demo_sequences.py`'s ONNX accumulator (`bench/sequence_models.py`; INT32 "
+        "three copies of `console/demo/sequences.py`'s ONNX accumulator (`bench/sequence_models.py`; INT32 "
         "`INPUT` [1] → `OUTPUT`, the running sum), each with `max_batch_size` 64 on one instance so that "
         f"{run['concurrency']} sequences are live at once: `direct {{ }}` (64 slots, Triton's defaults: a batch "
         "goes as soon as the instance is free, up to the highest occupied slot, fillers included), `oldest` "

@@ -317,6 +317,11 @@ class LLMBackend(Backend):
         engine = getattr(self, "engine", None)
         return engine.stats() if engine is not None else None
 
+    def llm_metrics(self) -> Any:
+        """This instance's LLMMetrics (engine/llm/metrics.py) for /metrics and the live snapshot; None unloaded."""
+        engine = getattr(self, "engine", None)
+        return engine.metrics() if engine is not None else None
+
     def unload(self) -> None:
         engine = getattr(self, "engine", None)
         if engine is not None:

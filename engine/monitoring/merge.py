@@ -2,11 +2,12 @@
 
 Each engine's sampler (engine/monitoring/sampler.py) takes its own snapshot a second; `merge_snapshots` lays the
 newest of each over one another. A model version's entries combine as the engines served it together: rates, counts,
-pending requests, batch sizes, sequences and streams add up; per-request means (latency, queue, compute) are weighted
-by each engine's successes; percentiles are the slowest engine's, which bounds the cluster's from above (the exact
-figure would need every request's duration). The minute and hour figures of engine/monitoring/history.py combine
-the same way (`merge_figures`). A snapshot that came from another process is checked first (`check_snapshot`): a
-malformed one is refused alone instead of breaking every merge it would take part in.
+pending requests, batch sizes, sequences, streams and a language model's numbers add up (its KV cache's usage over
+all its blocks, its prefix-cache hit rate over all lookups); per-request means (latency, queue, compute) are
+weighted by each engine's successes; percentiles are the slowest engine's, which bounds the cluster's from above
+(the exact figure would need every request's duration). The minute and hour figures of engine/monitoring/history.py
+combine the same way (`merge_figures`). A snapshot that came from another process is checked first
+(`check_snapshot`): a malformed one is refused alone instead of breaking every merge it would take part in.
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ def merge_entries(entries: Sequence[Entry]) -> Entry:
     sequences = [e["sequences"] for e in entries if e.get("sequences")]
     merged["sequences"] = _added(sequences) if sequences else None
     merged["streams"] = _merge_streams([e["streams"] for e in entries if e.get("streams")])
+    merged["llm"] = _merge_llm([e["llm"] for e in entries if e.get("llm")])
     # a version loading on one engine and serving on another is shown by what most of them report
     states = [e.get("state") for e in entries]
     merged["state"] = max(set(states), key=states.count) if states else None
@@ -122,6 +124,40 @@ def _merge_streams(streams: list[dict[str, Any]]) -> dict[str, Any] | None:
     }
     for field in ("first_response_ms", "between_responses_ms"):
         merged[field] = _weighted((s.get(field), s["responses_per_s"]) for s in streams)
+    return merged
+
+
+_LLM_SUMMED = (
+    "running",
+    "waiting",
+    "kv_cache_blocks",
+    "prefix_cache_queries",
+    "prefix_cache_hits",
+    "preemptions",
+    "prompt_tokens_per_s",
+    "generation_tokens_per_s",
+    "finished_per_s",
+)
+# each mean time weighted by how many it covers: requests (finished per second as their measure), or tokens
+_LLM_WEIGHTED = (
+    ("queue_ms", "finished_per_s"),
+    ("ttft_ms", "finished_per_s"),
+    ("e2e_ms", "finished_per_s"),
+    ("itl_ms", "generation_tokens_per_s"),
+)
+
+
+def _merge_llm(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
+    if not entries:
+        return None
+    merged: dict[str, Any] = {field: round(sum(e.get(field) or 0 for e in entries), 3) for field in _LLM_SUMMED}
+    blocks = merged["kv_cache_blocks"]
+    used = sum((e.get("kv_cache_usage") or 0) * (e.get("kv_cache_blocks") or 0) for e in entries)
+    merged["kv_cache_usage"] = round(used / blocks, 4) if blocks else 0.0
+    queries = merged["prefix_cache_queries"]
+    merged["prefix_cache_hit_rate"] = round(merged["prefix_cache_hits"] / queries, 4) if queries else None
+    for field, weight in _LLM_WEIGHTED:
+        merged[field] = _weighted((e.get(field), e.get(weight) or 0.0) for e in entries)
     return merged
 
 
@@ -201,6 +237,12 @@ def _check_entry(entry: Any) -> None:
         _expect(_is_optional_number(entry.get(field)), f"{where}.{field}", "a number or null")
     for field in ("latency_ms", "batch_sizes", "protocols", "sequences"):
         _expect(_is_numbers(entry.get(field)), f"{where}.{field}", "an object of numbers or null")
+    llm = entry.get("llm")
+    _expect(
+        llm is None or (isinstance(llm, dict) and all(_is_optional_number(v) for v in llm.values())),
+        f"{where}.llm",
+        "an object of numbers (or nulls) or null",
+    )
     streams = entry.get("streams")
     if streams is not None:
         _expect(isinstance(streams, dict), f"{where}.streams", "an object or null")

@@ -17,6 +17,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
 from engine.monitoring.devices import DeviceSampler
+from engine.monitoring.llm import llm_families
 from engine.serving.streams import FIRST_RESPONSE_BUCKETS_MS
 
 if TYPE_CHECKING:
@@ -176,6 +177,7 @@ class EngineCollector(Collector):
                     family.add_sample(family_name, _model_labels(version), version.stats.sequences[key])
             yield family
         yield from _stream_families(served)
+        yield from llm_families(served, _model_labels)
         yield from _traffic_families(getattr(self.server, "traffic", {}))
         restarts = Metric(
             "infera_instance_restarts",

@@ -25,10 +25,12 @@ from typing import TYPE_CHECKING, Any
 
 from engine.monitoring.devices import DeviceSample, DeviceSampler
 from engine.monitoring.history import Interval, MinuteHistory, server_figures
+from engine.monitoring.llm import llm_entry, llm_metrics
 from engine.serving.stats import CLIENT_PROTOCOLS
 from engine.serving.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
+    from engine.llm.metrics import LLMMetrics
     from engine.serving.server import InferenceServer
     from engine.serving.stats import ModelStats
 
@@ -65,9 +67,10 @@ class _Counters:
     first_ns: int = 0
     between_count: int = 0
     between_ns: int = 0
+    llm: LLMMetrics | None = None  # a language model's numbers (engine/monitoring/llm.py)
 
     @classmethod
-    def read(cls, stats: ModelStats) -> _Counters:
+    def read(cls, stats: ModelStats, llm: LLMMetrics | None = None) -> _Counters:
         streams = stats.streams
         stream_counts = (
             {
@@ -82,6 +85,7 @@ class _Counters:
         )
         return cls(
             **stream_counts,
+            llm=llm,
             success=stats.success.count,
             success_ns=stats.success.ns,
             failure=stats.fail.count,
@@ -177,7 +181,7 @@ class MetricsSampler:
         seen: dict[int, tuple[ModelStats, _Counters]] = {}
         for served in sorted(self.server.served_versions(), key=lambda s: (s.name, s.version)):
             stats = served.stats
-            current = _Counters.read(stats)
+            current = _Counters.read(stats, llm_metrics(served))
             before = self._previous.get(id(stats))
             if before is None or before[0] is not stats:
                 # at the very first sample, history before us is not this interval's; later, a new version starts at 0
@@ -328,6 +332,8 @@ def _model_entry(
                 now.between_ns - before.between_ns, now.between_count - before.between_count
             ),
         },
+        # a language model's sequences, KV cache, prefix cache, tokens and times; None for other models
+        "llm": llm_entry(now.llm, before.llm, elapsed),
     }
 
 

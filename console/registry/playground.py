@@ -1,5 +1,6 @@
 """Which registered models generate text, as the console's playground and the engine's /v1 endpoints see them:
-a config whose parameters name its text input and output tensors (engine.frontend.openai)."""
+a config whose parameters name its text input and output tensors (engine.frontend.openai); and which of them are
+language models of the engine's `llm` backend (their page shows the scheduler's numbers live)."""
 
 from __future__ import annotations
 
@@ -18,3 +19,8 @@ def generates_text(config: Mapping[str, Any] | None) -> bool:
         return value.get("string_value", "") if isinstance(value, Mapping) else ""
 
     return bool(named(TEXT_INPUT) and named(TEXT_OUTPUT))
+
+
+def is_language_model(config: Mapping[str, Any] | None) -> bool:
+    """Whether a config (its JSON form) runs on the engine's `llm` backend."""
+    return (config or {}).get("backend") == "llm"

@@ -17,7 +17,7 @@ from console.registry.audit import audit_events
 from console.registry.engine_status import EngineStatus
 from console.registry.forms import MODEL_COLUMNS, MODEL_ORDER, ModelFilterForm
 from console.registry.models import RegisteredModel, VersionState
-from console.registry.playground import generates_text
+from console.registry.playground import generates_text, is_language_model
 from console.registry.services import lookups
 from console.registry.uploads import max_upload_bytes
 
@@ -40,7 +40,7 @@ def model_list(request: HttpRequest) -> HttpResponse:
 @role_required()
 def model_detail(request: HttpRequest, name: str) -> HttpResponse:
     """One model: versions and their actions, upload, effective config, and a form that sends a v2 request; an
-    ensemble's pipeline as a graph; the ensembles that use it."""
+    ensemble's pipeline as a graph; the ensembles that use it; a language model's scheduler numbers, live."""
     model = get_object_or_404(RegisteredModel.objects.select_related("active_version"), name=name)
     config = model.shown_config
     ensemble = pipeline.is_ensemble(config)
@@ -56,6 +56,7 @@ def model_detail(request: HttpRequest, name: str) -> HttpResponse:
             "pipeline": pipeline.layout(config, composing_models(config, request)) if ensemble else None,
             "used_by": lookups.ensembles_using(model.name),
             "generates_text": generates_text(config),
+            "language_model": is_language_model(config),
             "version_states": [state.value for state in VersionState],
         },
     )

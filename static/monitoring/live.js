@@ -5,8 +5,10 @@
  *   <script src="{% static 'monitoring/live.js' %}" defer></script>
  *   <span data-live-model="simple" data-live-field="inferences_per_s"></span>
  * data-live-field: success_per_s (default), failure_per_s, inferences_per_s, executions_per_s, pending,
- *   p50, p95, p99 (request latency, ms), queue_ms, compute_ms. data-live-version="2" picks one version;
- *   without it the versions of the model are combined (rates and pending summed, latency the worst).
+ *   p50, p95, p99 (request latency, ms), queue_ms, compute_ms; a language model's llm.<key> (llm.running,
+ *   llm.waiting, llm.kv_cache_usage, llm.prefix_cache_hit_rate, llm.generation_tokens_per_s, llm.ttft_ms, ...).
+ *   data-live-version="2" picks one version; without it the versions of the model are combined (rates and pending
+ *   summed, latency the worst; a language model's sequences summed, its KV cache's usage over all its blocks).
  * Each element gets data-live-state="live" | "stale" | "offline" and a formatted text ("12.5/s", "3.1 ms", "4").
  * Page scripts that want the whole snapshot listen for "infera:snapshot" on document (event.detail is it).
  */
@@ -17,6 +19,9 @@
   const RATE_FIELDS = new Set(["success_per_s", "failure_per_s", "inferences_per_s", "executions_per_s"]);
   const LATENCY_FIELDS = new Set(["p50", "p95", "p99"]);
   const STALE_AFTER_MS = 5000;
+  const LLM_SUMMED = ["running", "waiting", "kv_cache_blocks", "prefix_cache_queries", "prefix_cache_hits",
+    "preemptions", "prompt_tokens_per_s", "generation_tokens_per_s", "finished_per_s"];
+  const LLM_TIMES = ["queue_ms", "ttft_ms", "itl_ms", "e2e_ms"];
 
   /* A WebSocket to the metrics stream that reconnects with exponential backoff (reset once data flows). */
   class MetricsSocket {
@@ -129,9 +134,25 @@
           if (value !== null) streams[key] = Math.max(streams[key] ?? 0, value);
         }
       }
+      if (entry.llm) merged.llm = addLanguageModel(merged.llm, entry.llm);
       models.set(entry.name, merged);
     }
     return models;
+  }
+
+  /* A language model's versions as one: sequences, blocks and counts add up, the KV cache's usage is over all its
+   * blocks, the hit rate over all lookups, times are the slowest version's. */
+  function addLanguageModel(total, llm) {
+    total = total || { _kv_used: 0, ...Object.fromEntries(LLM_SUMMED.map((key) => [key, 0])) };
+    for (const key of LLM_SUMMED) total[key] += llm[key] || 0;
+    total._kv_used += (llm.kv_cache_usage || 0) * (llm.kv_cache_blocks || 0);
+    total.kv_cache_usage = total.kv_cache_blocks ? total._kv_used / total.kv_cache_blocks : 0;
+    total.prefix_cache_hit_rate = total.prefix_cache_queries
+      ? total.prefix_cache_hits / total.prefix_cache_queries : null;
+    for (const key of LLM_TIMES) {
+      if (llm[key] !== null && llm[key] !== undefined) total[key] = Math.max(total[key] ?? 0, llm[key]);
+    }
+    return total;
   }
 
   function valueOf(snapshot, model, field, version) {
@@ -141,13 +162,15 @@
     const entry = version ? entries[0] : byModel(snapshot).get(model);
     if (!entry) return null;
     if (LATENCY_FIELDS.has(field)) return entry.latency_ms ? entry.latency_ms[field] : null;
+    if (field.startsWith("llm.")) return entry.llm ? entry.llm[field.slice(4)] ?? null : null;
     const value = entry[field];
     return value === undefined ? null : value;
   }
 
   function format(value, field) {
     if (value === null || value === undefined) return "–";
-    if (RATE_FIELDS.has(field)) return `${value < 10 ? value.toFixed(1) : Math.round(value)}/s`;
+    if (field.endsWith("_usage") || field.endsWith("_rate")) return `${(value * 100).toFixed(1)}%`;
+    if (RATE_FIELDS.has(field) || field.endsWith("_per_s")) return `${value < 10 ? value.toFixed(1) : Math.round(value)}/s`;
     if (LATENCY_FIELDS.has(field) || field.endsWith("_ms")) return `${value < 10 ? value.toFixed(2) : value.toFixed(1)} ms`;
     return String(Math.round(value));
   }

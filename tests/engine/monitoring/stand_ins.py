@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from engine.llm.metrics import LLMMetrics
 from engine.monitoring.devices import CpuSample, DeviceSample
 from engine.serving.lifecycle import ModelState
 from engine.serving.stats import ComputeTimes, ModelStats
@@ -20,6 +21,35 @@ class Served:
 
     def __post_init__(self) -> None:
         self.stats = ModelStats(self.name, self.version)
+
+
+@dataclass
+class LLMBackend:
+    """What the monitoring reads of an `llm` instance's backend: its numbers, which the test sets."""
+
+    reading: LLMMetrics = field(default_factory=LLMMetrics)
+
+    def llm_metrics(self) -> LLMMetrics:
+        return self.reading
+
+
+@dataclass
+class LLMInstance:
+    backend: LLMBackend
+
+
+@dataclass
+class ServedLLM(Served):
+    """A served `llm` version: its instances' backends answer `llm_metrics()`."""
+
+    instances: list[LLMInstance] = field(default_factory=list)
+
+
+def llm(name: str = "tiny", *readings: LLMMetrics) -> ServedLLM:
+    """Version 1 of an LLM with one instance per reading."""
+    served = ServedLLM(name, 1)
+    served.instances = [LLMInstance(LLMBackend(reading)) for reading in readings]
+    return served
 
 
 class ServedVersions:

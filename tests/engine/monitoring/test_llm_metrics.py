@@ -4,8 +4,6 @@ hand clock; several engines' entries merged and checked."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -14,33 +12,15 @@ from engine.monitoring.llm import llm_families
 from engine.monitoring.merge import check_snapshot, merge_entries
 from engine.monitoring.prometheus import _model_labels, render_metrics
 from engine.monitoring.sampler import MetricsSampler
-from tests.engine.monitoring.stand_ins import FIXED_DEVICES, FakeClock, Served, ServedVersions
-
-
-@dataclass
-class Backend:
-    """What the monitoring reads of an `llm` instance's backend."""
-
-    reading: LLMMetrics = field(default_factory=LLMMetrics)
-
-    def llm_metrics(self) -> LLMMetrics:
-        return self.reading
-
-
-@dataclass
-class Instance:
-    backend: object
-
-
-@dataclass
-class ServedLLM(Served):
-    instances: list[Instance] = field(default_factory=list)
-
-
-def llm(name: str = "tiny", *readings: LLMMetrics) -> ServedLLM:
-    served = ServedLLM(name, 1)
-    served.instances = [Instance(Backend(reading)) for reading in readings]
-    return served
+from tests.engine.monitoring.stand_ins import (
+    FIXED_DEVICES,
+    FakeClock,
+    LLMBackend,
+    LLMInstance,
+    Served,
+    ServedVersions,
+    llm,
+)
 
 
 def reading(**numbers: int) -> LLMMetrics:
@@ -104,9 +84,9 @@ def test_no_llm_served_means_no_llm_families():
 
 
 def test_the_snapshot_carries_gauges_now_and_rates_and_mean_times_over_the_interval(clock: FakeClock):
-    backend = Backend(LLMMetrics(kv_blocks=10))
+    backend = LLMBackend(LLMMetrics(kv_blocks=10))
     served = llm("tiny")
-    served.instances = [Instance(backend)]
+    served.instances = [LLMInstance(backend)]
     sampler = MetricsSampler(ServedVersions(served, Served("onnx_model", 1)), clock=clock, wall_clock=lambda: 0.0)
     sampler.sample(devices=FIXED_DEVICES)
     clock.advance(2.0)

@@ -8,7 +8,8 @@
 - settings: the engine's environment variables, read by the console's one settings object;
 - analysis: candidate configs of a model and the load sweep that measures them (the analyzer);
 - monitoring: the sampler, its snapshot type, `/metrics`, and several processes' snapshots merged (the cluster view);
-- front ends the runtime composes and wires in: `/v2` (ASGI and uvicorn's direct protocol), gRPC, `/v1` (OpenAI).
+- front ends the runtime composes and wires in: `/v2` (ASGI and uvicorn's direct protocol), gRPC, `/v1` (OpenAI)
+  with vLLM's `/tokenize` and `/detokenize`.
 """
 
 from engine.config.model_config import ModelConfig
@@ -38,7 +39,7 @@ from engine.frontend.grpc_server import GrpcFrontEnd
 from engine.frontend.handlers import Reply
 from engine.frontend.http import V2App
 from engine.frontend.lifespan import ServiceLifespan
-from engine.frontend.openai import TEXT_INPUT, TEXT_OUTPUT, OpenAIApp
+from engine.frontend.openai import TEXT_INPUT, TEXT_OUTPUT, TOKEN_PATHS, OpenAIApp, is_openai_path
 from engine.frontend.routes import Route
 from engine.monitoring.merge import check_snapshot, merge_figures, merge_snapshots
 from engine.monitoring.prometheus import MetricsApp, check_families
@@ -160,5 +161,7 @@ __all__ = [
     "ServiceLifespan",
     "TEXT_INPUT",
     "TEXT_OUTPUT",
+    "TOKEN_PATHS",
     "V2App",
+    "is_openai_path",
 ]

@@ -1,5 +1,5 @@
-"""The one ASGI application Infera serves: /v2, /v1 and /metrics to the engine, WebSockets to Channels, the rest
-to Django.
+"""The one ASGI application Infera serves: /v2, /v1 (with /tokenize, /detokenize) and /metrics to the engine,
+WebSockets to Channels, the rest to Django.
 
 It owns the process's Runtime (runtime.py): started by ASGI lifespan (uvicorn) or on the first connection
 for servers that send no lifespan events (daphne), stopped at shutdown, and placed in every connection's scope.
@@ -19,7 +19,7 @@ from console.hosting.body_gate import BodyGate
 from console.hosting.runtime import Runtime
 from console.peers.identity import ProcessIdentity
 from console.runtime_of import RUNTIME_KEY
-from engine.api import Reply, Route
+from engine.api import TOKEN_PATHS, Reply, Route
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -27,12 +27,13 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-ENGINE_PATHS = ("/v2", "/v1", "/metrics")
+ENGINE_PATHS = ("/v2", "/v1", "/metrics", *TOKEN_PATHS)
 _ENGINE_SUBPATHS = tuple(prefix + "/" for prefix in ENGINE_PATHS)
 
 
 def is_engine_path(path: str) -> bool:
-    """True for the paths the engine answers itself: /v2, /v1 (OpenAI-compatible), their subpaths, /metrics."""
+    """True for the paths the engine answers itself: /v2, /v1 (OpenAI-compatible), their subpaths, /metrics,
+    /tokenize and /detokenize."""
     return path.startswith(_ENGINE_SUBPATHS) or path in ENGINE_PATHS
 
 

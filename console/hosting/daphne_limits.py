@@ -23,7 +23,7 @@ from console.hosting import body_gate
 from console.hosting.composition import is_engine_path
 from console.hosting.read_deadlines import ReadClock, timeout_answer
 from console.hosting.shutdown import GOING_AWAY, Connections
-from engine.api import HttpSettings
+from engine.api import HttpSettings, is_openai_path
 
 logger = logging.getLogger("console.http")
 STATUS_TEXT = {401: b"Unauthorized", 403: b"Forbidden", 413: b"Payload Too Large"}
@@ -50,7 +50,7 @@ def limit_request_bodies(server: Any, settings: InferaSettings, *, v2_needs_toke
             if not length or method not in body_gate.BODY_METHODS:
                 return
             upload = bool(body_gate.UPLOAD_PATH.match(path))
-            if path.startswith("/v1/"):  # OpenAI bodies are parsed on the loop: their own, smaller bound
+            if is_openai_path(path):  # OpenAI bodies are parsed on the loop: their own, smaller bound
                 limit = min(settings.engine.openai.max_body_bytes, settings.engine.max_body_bytes)
             elif is_engine_path(path):
                 limit = settings.engine.max_body_bytes

@@ -1,5 +1,6 @@
 """OpenAI-compatible endpoints over text-generating models: GET /v1/models, POST /v1/completions and
-POST /v1/chat/completions, streamed (`stream: true`, server-sent chunks then `data: [DONE]`) or not.
+POST /v1/chat/completions, streamed (`stream: true`, server-sent chunks then `data: [DONE]`) or not; and vLLM's
+POST /tokenize and /detokenize.
 
 A model is a text generator when its config names its text tensors: `parameters { key: "openai_text_input" ... }`
 and `openai_text_output` (BYTES). The prompt goes to the text input; for chat, a model whose config also names an
@@ -10,14 +11,23 @@ has one; a `stream` input is set to true, so each response is one piece of text 
 max_tokens (when none is given, for chat, INFERA_OPENAI_MAX_TOKENS) end the text here whatever the model does.
 Usage and finish_reason are the model's own when its last response carries them (`prompt_tokens`,
 `completion_tokens`, `cached_tokens` as usage.prompt_tokens_details.cached_tokens, `finish_reason`); otherwise a
-completion's tokens are counted as the model's responses, and a prompt's as its characters. The same API tokens as
-/v2 are checked (`Authorization: Bearer <key>`), before the body is read; a body is at most
-INFERA_OPENAI_MAX_BODY_BYTES, and every field it carries is checked by type, range and length (openai_fields.py)
-before any work is done for it.
+completion's tokens are counted as the model's responses, and a prompt's as its characters.
+
+`n` choices (up to openai_fields.MAX_CHOICES) are n requests to the model, choice i seeded `seed + i`, read side by
+side (openai_choices.py); streamed chunks carry their choice's index, and usage counts the prompt once and every
+choice's completion tokens. Logprobs (a completion's `logprobs: k`, a chat's `logprobs: true` and `top_logprobs:
+k`) are asked of a model whose config names an `openai_logprobs_output` (the llm backend computes them from its
+logits) and written in OpenAI's shapes (openai_logprobs.py); any other model answers 400 naming `logprobs`.
+POST /tokenize and /detokenize (vLLM's) use a model's own tokenizer (openai_tokens.py).
+
+The same API tokens as /v2 are checked (`Authorization: Bearer <key>`) on every path here, before the body is read; a
+body is at most INFERA_OPENAI_MAX_BODY_BYTES, and every field it carries is checked by type, range and length
+(openai_fields.py) before any work is done for it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -27,17 +37,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import orjson
 
-from engine.errors import InferaError, ModelNotFound
+from engine.errors import InferaError
 from engine.frontend import openai_fields as fields
+from engine.frontend import openai_tokens
 from engine.frontend.cross_site import check_same_origin
 from engine.frontend.generate import StreamReply
 from engine.frontend.handlers import Reply
 from engine.frontend.http import ASGIApp, Authenticate, Receive, Scope, Send, read_body, send_reply, send_stream
+from engine.frontend.openai_choices import Choice, Piece, interleaved, whole
 from engine.frontend.openai_fields import OpenAIError
-from engine.llm.text import StopMatcher
+from engine.frontend.openai_logprobs import chat_logprobs, completion_logprobs
 from engine.protocol import parse_json_object
-from engine.serving.streams import ResponseStream
-from engine.traffic.router import RequestKey
 from engine.types import InferenceRequest
 
 if TYPE_CHECKING:
@@ -48,9 +58,9 @@ if TYPE_CHECKING:
 TEXT_INPUT = "openai_text_input"
 TEXT_OUTPUT = "openai_text_output"
 MESSAGES_INPUT = "openai_messages_input"
-COUNT_OUTPUTS = ("prompt_tokens", "completion_tokens", "cached_tokens")
-FINISH_REASONS = ("stop", "length")
+LOGPROBS_OUTPUT = "openai_logprobs_output"
 SAMPLING_INPUTS = {"max_tokens": np.int32, "temperature": np.float32, "top_p": np.float32, "seed": np.int64}
+TOKEN_PATHS = ("/tokenize", "/detokenize")  # vLLM's, beside /v1
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for completions
 EVENT_STREAM = b"text/event-stream; charset=utf-8"
 DONE = b"data: [DONE]\n\n"
@@ -84,22 +94,17 @@ class Completion:
         except InferaError as exc:
             raise OpenAIError(exc.message) from None
         self.chat = chat
-        self.model = document.get("model")
-        if not isinstance(self.model, str) or not self.model:
-            raise OpenAIError("'model' must name a model", param="model")
-        try:
-            self.route = server.route(RequestKey(self.model))  # the one version it runs on, chosen once
-            self.served: ServedVersion = self.route.served
-        except ModelNotFound:
-            raise OpenAIError(f"The model '{self.model}' does not exist", 404, "not_found_error", "model") from None
-        if not is_text_generator(self.served.config):
+        self.model, self.route = fields.model_route(server, document)  # the one version it runs on, chosen once
+        self.served: ServedVersion = self.route.served
+        config = self.served.config
+        if not is_text_generator(config):
             raise OpenAIError(
                 f"model '{self.model}' does not generate text: its config names no '{TEXT_INPUT}' and "
                 f"'{TEXT_OUTPUT}' parameters",
                 param="model",
             )
         self.messages: str | None = None  # the messages as JSON, for a model that renders its own chat template
-        if chat and self.served.config.parameters.get(MESSAGES_INPUT):
+        if chat and config.parameters.get(MESSAGES_INPUT):
             conversation = [{"role": role, "content": text} for role, text in fields.messages(document.get("messages"))]
             self.messages = self.prompt = json.dumps(conversation)
         elif chat:
@@ -112,6 +117,14 @@ class Completion:
                 raise OpenAIError("'prompt' must be a string (one prompt per request)", param="prompt")
             self.prompt = prompt
         self.stream = _checked_fields(document, chat)
+        self.n = fields.integer(document, "n", 1, fields.MAX_CHOICES, 1) or 1
+        self.logprobs = fields.logprobs(document, chat)  # alternatives per token, None: no logprobs
+        if self.logprobs is not None and not config.parameters.get(LOGPROBS_OUTPUT):
+            raise OpenAIError(
+                f"model '{self.model}' does not report logprobs: its config names no '{LOGPROBS_OUTPUT}' parameter "
+                "(the llm backend's models do)",
+                param="logprobs",
+            )
         limit = server.settings.openai.max_tokens
         given = fields.integer(document, "max_tokens", 1, limit)
         if chat and given is None:
@@ -125,16 +138,14 @@ class Completion:
             "seed": fields.integer(document, "seed", *fields.INT64),
         }
         self.stop = fields.stop_strings(document.get("stop"))
-        self.tokens = 0  # responses received: the completion's tokens
-        self.finish_reason = "stop"
-        self.counts: dict[str, int] = {}  # the model's own token counts, from its last response
-        self.model_reason: str | None = None  # "stop" or "length", when the model's last response says why it ended
+        self.choices: list[Choice] = []
         self.id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         self.created = int(time.time())
         self.server = server
 
-    def request(self) -> InferenceRequest:
-        """The inference request for the model: the prompt, and the sampling settings where it takes them."""
+    def request(self, index: int = 0) -> InferenceRequest:
+        """Choice `index`'s inference request: the prompt, and the sampling settings where the model takes them
+        (its seed `seed + index`, vLLM's rule for the n choices of one request)."""
         config = self.served.config
         batched = config.max_batch_size > 0
         if self.messages is not None:
@@ -142,6 +153,10 @@ class Completion:
         else:
             inputs = {config.parameters[TEXT_INPUT]: _tensor([self.prompt.encode()], np.object_, batched)}
         given = {key: value for key, value in self.sampling.items() if value is not None}
+        if "seed" in given:
+            given["seed"] = _choice_seed(given["seed"], index)
+        if self.logprobs is not None:
+            given["logprobs"] = self.logprobs
         if self.stop:
             given["stop"] = self.stop
         for name, dtype in SAMPLING_INPUTS.items():
@@ -153,92 +168,95 @@ class Completion:
             inputs["stream"] = _tensor([True], np.bool_, batched)
         return InferenceRequest(self.model, inputs, batch_size=1, parameters=dict(given))
 
-    def text_of(self, outputs: dict[str, np.ndarray] | None) -> str:
-        array = (outputs or {}).get(self.served.config.parameters[TEXT_OUTPUT])
-        if array is None:
-            return ""
-        return "".join(item.decode("utf-8", errors="replace") for item in np.asarray(array).reshape(-1))
+    async def start(self) -> list[Choice]:
+        """Start the n choices' requests on the route; a refusal cancels those already started."""
+        config = self.served.config
+        logprobs_output = config.parameters.get(LOGPROBS_OUTPUT) if self.logprobs is not None else None
+        try:
+            for index in range(self.n):
+                stream = await self.server.infer_stream(self.request(index), self.route)
+                choice = Choice(
+                    index,
+                    stream,
+                    text_output=config.parameters[TEXT_OUTPUT],
+                    logprobs_output=logprobs_output,
+                    stop=self.stop,
+                    limit=self.limit,
+                )
+                self.choices.append(choice)
+        except InferaError as exc:
+            self.cancel()
+            kind = "invalid_request_error" if exc.status < 500 else "server_error"
+            raise OpenAIError(exc.message, exc.status, kind) from None
+        return self.choices
 
-    async def pieces(self, stream: ResponseStream) -> AsyncIterator[str]:
-        """The generated text piece by piece, cut at the first stop string or after `limit` tokens (either cancels
-        the rest, whatever the model does)."""
-        matcher = StopMatcher(self.stop)
-        async for response in stream:
-            if response.error is not None:
-                raise OpenAIError(response.error.message, 500, "server_error")
-            if response.empty:
-                continue
-            self.tokens += 1
-            self.take_final(response.outputs or {})
-            text, stopped = matcher.feed(self.text_of(response.outputs))
-            if text:
-                yield text
-            if stopped:
-                self.finish_reason = "stop"
-                stream.cancel()
-                return
-            if self.tokens >= self.limit:
-                stream.cancel()
-                break
-        if rest := matcher.rest():
-            yield rest
-        if self.model_reason is not None:
-            self.finish_reason = self.model_reason
-        elif self.tokens >= self.limit:
-            self.finish_reason = "length"
-
-    def take_final(self, outputs: dict[str, np.ndarray]) -> None:
-        """Keep the model's finish_reason and token counts where its (last) response carries them."""
-        for name in COUNT_OUTPUTS:
-            array = outputs.get(name)
-            if array is not None and np.asarray(array).size:
-                self.counts[name] = int(np.asarray(array).reshape(-1)[0])
-        reason = outputs.get("finish_reason")
-        if reason is not None and np.asarray(reason).size:
-            item = np.asarray(reason).reshape(-1)[0]
-            text = item.decode("utf-8", errors="replace") if isinstance(item, bytes) else str(item)
-            if text in FINISH_REASONS:
-                self.model_reason = text
+    def cancel(self) -> None:
+        for choice in self.choices:
+            choice.stream.cancel()
 
     def usage(self) -> dict[str, Any]:
-        prompt = self.counts.get("prompt_tokens", len(self.prompt))
-        completion = self.counts.get("completion_tokens", self.tokens)
+        """The prompt's tokens once and the completion tokens of every choice (vLLM's sum); the prefix cache's hit
+        as the first choice's model counted it."""
+        counts = self.choices[0].counts if self.choices else {}
+        prompt = counts.get("prompt_tokens", len(self.prompt))
+        completion = sum(choice.completion_tokens() for choice in self.choices)
         usage: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion}
         usage["total_tokens"] = prompt + completion
-        if "cached_tokens" in self.counts:
-            usage["prompt_tokens_details"] = {"cached_tokens": self.counts["cached_tokens"]}
+        if "cached_tokens" in counts:
+            usage["prompt_tokens_details"] = {"cached_tokens": counts["cached_tokens"]}
         return usage
 
-    def choice(self, text: str) -> dict[str, Any]:
-        if self.chat:
-            return {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": self.finish_reason}
-        return {"index": 0, "text": text, "logprobs": None, "finish_reason": self.finish_reason}
+    def _logprobs(self, entries: list[dict[str, Any]], offset: int) -> dict[str, Any] | None:
+        if self.logprobs is None:
+            return None
+        return chat_logprobs(entries) if self.chat else completion_logprobs(entries, offset)
 
-    def answer(self, text: str) -> bytes:
+    def choice(self, choice: Choice, text: str, entries: list[dict[str, Any]]) -> dict[str, Any]:
+        answer: dict[str, Any] = {"index": choice.index}
+        if self.chat:
+            answer["message"] = {"role": "assistant", "content": text}
+            if self.logprobs is not None:
+                answer["logprobs"] = self._logprobs(entries, 0)
+        else:
+            answer["text"] = text
+            answer["logprobs"] = self._logprobs(entries, 0)
+        answer["finish_reason"] = choice.finish_reason
+        return answer
+
+    def answer(self, wholes: list[tuple[str, list[dict[str, Any]]]]) -> bytes:
         kind = "chat.completion" if self.chat else "text_completion"
-        return orjson.dumps(
-            {
-                "id": self.id,
-                "object": kind,
-                "created": self.created,
-                "model": self.model,
-                "choices": [self.choice(text)],
-                "usage": self.usage(),
-            }
-        )
+        choices = [self.choice(choice, *whole) for choice, whole in zip(self.choices, wholes, strict=True)]
+        document = {"id": self.id, "object": kind, "created": self.created, "model": self.model, "choices": choices}
+        document["usage"] = self.usage()
+        return orjson.dumps(document)
 
-    def chunk(self, text: str | None, finish: str | None = None, role: bool = False) -> bytes:
+    def chunk(
+        self,
+        choice: Choice,
+        piece: Piece | None = None,
+        finish: str | None = None,
+        *,
+        role: bool = False,
+        usage: bool = False,
+    ) -> bytes:
+        """One server-sent chunk of choice `choice`: a piece, its first (chat: the role) or its last (`finish`,
+        and the usage on the last chunk of all)."""
+        text = piece.text if piece is not None else None
         if self.chat:
-            delta: dict[str, Any] = {"role": "assistant"} if role else {}
+            delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else {}
             if text is not None:
                 delta["content"] = text
-            choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
+            answer: dict[str, Any] = {"index": choice.index, "delta": delta}
+            if self.logprobs is not None and piece is not None:
+                answer["logprobs"] = self._logprobs(piece.logprobs, piece.offset)
+            answer["finish_reason"] = finish
             kind = "chat.completion.chunk"
         else:
-            choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+            logprobs = self._logprobs(piece.logprobs, piece.offset) if piece is not None else None
+            answer = {"index": choice.index, "text": text or "", "logprobs": logprobs, "finish_reason": finish}
             kind = "text_completion"
-        payload = {"id": self.id, "object": kind, "created": self.created, "model": self.model, "choices": [choice]}
-        if finish is not None:
+        payload = {"id": self.id, "object": kind, "created": self.created, "model": self.model, "choices": [answer]}
+        if usage:
             payload["usage"] = self.usage()
         return b"data: " + orjson.dumps(payload) + b"\n\n"
 
@@ -246,27 +264,31 @@ class Completion:
 async def complete(server: InferenceServer, body: bytes, chat: bool) -> bytes | StreamReply:
     """A completion: the whole answer as JSON, or (stream: true) a StreamReply of chunks ending in [DONE]."""
     completion = Completion(server, body, chat)
-    try:
-        stream = await server.infer_stream(completion.request(), completion.route)
-    except InferaError as exc:
-        kind = "invalid_request_error" if exc.status < 500 else "server_error"
-        raise OpenAIError(exc.message, exc.status, kind) from None
+    choices = await completion.start()
     if not completion.stream:
-        text = "".join([piece async for piece in completion.pieces(stream)])
-        return completion.answer(text)
+        wholes = await asyncio.gather(*(whole(choice) for choice in choices), return_exceptions=True)
+        for result in wholes:
+            if isinstance(result, BaseException):
+                completion.cancel()
+                raise result
+        return completion.answer(wholes)  # type: ignore[arg-type] - no exception is left among them
 
     async def chunks() -> AsyncIterator[bytes]:
+        ended = 0
         try:
-            async for piece in completion.pieces(stream):
-                yield completion.chunk(piece)
+            async for item in interleaved(choices):
+                if isinstance(item, Piece):
+                    yield completion.chunk(item.choice, item)
+                    continue
+                ended += 1
+                yield completion.chunk(item, None, item.finish_reason, usage=ended == len(choices))
         except OpenAIError as exc:
             yield b"data: " + exc.body() + b"\n\n"
             return
-        yield completion.chunk(None if chat else "", completion.finish_reason)
         yield DONE
 
-    first = completion.chunk("", role=True) if chat else b""
-    return StreamReply(200, EVENT_STREAM, first, chunks(), stream.cancel)
+    first = b"".join(completion.chunk(choice, role=True) for choice in choices) if chat else b""
+    return StreamReply(200, EVENT_STREAM, first, chunks(), completion.cancel)
 
 
 def _tensor(values: list[Any], dtype: Any, batched: bool) -> np.ndarray:
@@ -274,24 +296,30 @@ def _tensor(values: list[Any], dtype: Any, batched: bool) -> np.ndarray:
     return array.reshape(1, -1) if batched else array
 
 
+def _choice_seed(seed: int, index: int) -> int:
+    """`seed + index`, wrapped within 64-bit integers (a seed near the top still seeds every choice)."""
+    low, high = fields.INT64
+    return (seed + index - low) % (high - low + 1) + low
+
+
 def _checked_fields(document: dict[str, Any], chat: bool) -> bool:
     """Check the fields this server takes but does not use (so a bad one is a 400, as OpenAI answers); `stream`."""
-    fields.only_one(document, "n")
     fields.real(document, "presence_penalty", -2, 2)
     fields.real(document, "frequency_penalty", -2, 2)
     fields.logit_bias(document.get("logit_bias"))
-    if chat:
-        fields.boolean(document, "logprobs")
-        fields.integer(document, "top_logprobs", 0, 20)
-    else:
+    if not chat:
         fields.only_one(document, "best_of")
-        fields.integer(document, "logprobs", 0, 5)
         fields.boolean(document, "echo")
     return fields.boolean(document, "stream")
 
 
+def is_openai_path(path: str) -> bool:
+    """/v1 and its subpaths, and vLLM's /tokenize and /detokenize beside them."""
+    return path == "/v1" or path.startswith("/v1/") or path.rstrip("/") in TOKEN_PATHS
+
+
 class OpenAIApp:
-    """ASGI callable for /v1/...; every other path goes to `fallback` (the v2 front end)."""
+    """ASGI callable for /v1/..., /tokenize and /detokenize; every other path goes to `fallback` (the v2 front end)."""
 
     def __init__(
         self,
@@ -312,7 +340,7 @@ class OpenAIApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
-        if scope["type"] != "http" or not (path == "/v1" or path.startswith("/v1/")):
+        if scope["type"] != "http" or not is_openai_path(path):
             await self.fallback(scope, receive, send)
             return
         reply: Reply | StreamReply
@@ -336,7 +364,7 @@ class OpenAIApp:
             if method != "GET":
                 raise OpenAIError(f"method {method} is not allowed; use GET", 405)
             return Reply(200, list_models(self.server))
-        if path not in ("/v1/completions", "/v1/chat/completions"):
+        if path not in ("/v1/completions", "/v1/chat/completions", *TOKEN_PATHS):
             raise OpenAIError(f"no endpoint at {path}", 404, "not_found_error")
         if method != "POST":
             raise OpenAIError(f"method {method} is not allowed; use POST", 405)
@@ -345,5 +373,8 @@ class OpenAIApp:
         if declared.isdigit() and int(declared) > self.max_body_bytes:  # refused before a byte of the body is read
             raise OpenAIError(f"request body exceeds the limit of {self.max_body_bytes} bytes", 413)
         body = await read_body(receive, self.max_body_bytes)
+        if path in TOKEN_PATHS:
+            convert = openai_tokens.tokenize if path == "/tokenize" else openai_tokens.detokenize
+            return Reply(200, await convert(self.server, body))
         answer = await complete(self.server, body, chat=path.endswith("/chat/completions"))
         return answer if isinstance(answer, StreamReply) else Reply(200, answer)

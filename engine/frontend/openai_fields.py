@@ -1,25 +1,34 @@
 """The fields of an OpenAI request checked by type and range, each refused in OpenAI's error shape naming its param.
 
-Bounds follow OpenAI's API where it states one (temperature 0..2, penalties -2..2, logit_bias -100..100, logprobs
-0..5, top_logprobs 0..20), 64-bit integers for a seed, and this server's own for what a body could otherwise make
-the loop work through: at most MAX_STOPS stop strings of MAX_STOP_CHARS characters (OpenAI allows 4, vLLM more),
-MAX_MESSAGES messages, MAX_LOGIT_BIAS biases. Booleans are never numbers, numbers never booleans.
+Bounds follow OpenAI's API where it states one (temperature 0..2, penalties -2..2, logit_bias -100..100,
+top_logprobs 0..20), vLLM's where it is wider (a completion's logprobs 0..20, as its max_logprobs), 64-bit integers
+for a seed, and this server's own for what a body could otherwise make the loop and the models work through: at
+most MAX_STOPS stop strings of MAX_STOP_CHARS characters (OpenAI allows 4, vLLM more), MAX_MESSAGES messages,
+MAX_LOGIT_BIAS biases, MAX_CHOICES choices (`n`), MAX_TOKEN_IDS token ids to detokenize. Booleans are never
+numbers, numbers never booleans.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from engine.errors import InferaError
+from engine.errors import InferaError, ModelNotFound
+from engine.traffic.router import RequestKey, VersionRoute
+
+if TYPE_CHECKING:
+    from engine.serving.server import InferenceServer
 
 MAX_STOPS = 16
 MAX_STOP_CHARS = 256
 MAX_MESSAGES = 2048
 MAX_ROLE_CHARS = 64
 MAX_LOGIT_BIAS = 300
+MAX_CHOICES = 16  # `n`: each choice is a sequence of its own on the model
+MAX_LOGPROBS = 20  # a completion's `logprobs` and a chat's `top_logprobs` (vLLM's max_logprobs)
+MAX_TOKEN_IDS = 65536
 INT64 = (-(2**63), 2**63 - 1)
 
 
@@ -63,20 +72,56 @@ def real(document: dict[str, Any], key: str, low: float, high: float, *, above_l
     return float(value)
 
 
-def boolean(document: dict[str, Any], key: str) -> bool:
-    """true or false (absent or null: false); 1, "yes" and the like are refused."""
+def model_route(server: InferenceServer, document: dict[str, Any]) -> tuple[str, VersionRoute]:
+    """`model`: a model's name, and the one version the request runs on (chosen here, once); 404 when unknown."""
+    model = document.get("model")
+    if not isinstance(model, str) or not model:
+        raise OpenAIError("'model' must name a model", param="model")
+    try:
+        return model, server.route(RequestKey(model))
+    except ModelNotFound:
+        raise OpenAIError(f"The model '{model}' does not exist", 404, "not_found_error", "model") from None
+
+
+def boolean(document: dict[str, Any], key: str, default: bool = False) -> bool:
+    """true or false (absent or null: `default`); 1, "yes" and the like are refused."""
     value = document.get(key)
     if value is None:
-        return False
+        return default
     if not isinstance(value, bool):
         raise OpenAIError(f"'{key}' must be true or false, got {_shown(value)}", param=key)
     return value
 
 
 def only_one(document: dict[str, Any], key: str) -> None:
-    """`n` and `best_of`: this server generates one choice per request."""
+    """`best_of`: this server ranks no candidates (vLLM has dropped it too)."""
     if integer(document, key, 1, 128, 1) != 1:
         raise OpenAIError(f"'{key}' must be 1: this server generates one choice per request", param=key)
+
+
+def logprobs(document: dict[str, Any], chat: bool) -> int | None:
+    """How many alternatives each token's logprob comes with, or None when logprobs are not asked for: a
+    completion's `logprobs: k`; a chat's `logprobs: true` with `top_logprobs: k` (0 when absent), which needs it."""
+    if not chat:
+        return integer(document, "logprobs", 0, MAX_LOGPROBS)
+    top = integer(document, "top_logprobs", 0, MAX_LOGPROBS)
+    if not boolean(document, "logprobs"):
+        if top is not None:
+            raise OpenAIError("'top_logprobs' needs 'logprobs' set to true", param="top_logprobs")
+        return None
+    return top or 0
+
+
+def token_ids(value: Any) -> list[int]:
+    """`tokens` to detokenize: a list of at most MAX_TOKEN_IDS token ids (whole numbers, 0 or more)."""
+    if not isinstance(value, list):
+        raise OpenAIError("'tokens' must be a list of token ids", param="tokens")
+    if len(value) > MAX_TOKEN_IDS:
+        raise OpenAIError(f"'tokens' may hold at most {MAX_TOKEN_IDS} token ids, got {len(value)}", param="tokens")
+    for token in value:
+        if isinstance(token, bool) or not isinstance(token, int) or token < 0:
+            raise OpenAIError(f"'tokens' must hold token ids (0 or more), got {_shown(token)}", param="tokens")
+    return value
 
 
 def stop_strings(value: Any) -> list[str]:

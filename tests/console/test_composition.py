@@ -81,9 +81,11 @@ def test_it_knows_the_engine_paths():
         "/metrics",
         "/v1/models",
         "/v1/chat/completions",
+        "/tokenize",
+        "/detokenize",
     ):
         assert is_engine_path(path), path
-    for path in ("/", "/v2x", "/v1x", "/api/models/", "/metricsx", "/static/v2/a.js"):
+    for path in ("/", "/v2x", "/v1x", "/api/models/", "/metricsx", "/static/v2/a.js", "/tokenizex"):
         assert not is_engine_path(path), path
 
 

@@ -71,12 +71,15 @@ def is_text_generator(config: ModelConfig) -> bool:
 
 
 def list_models(server: InferenceServer) -> bytes:
-    """GET /v1/models: every ready model that generates text."""
+    """GET /v1/models: every ready model that generates text (with its max_model_len when it has a tokenizer)."""
     data = []
     for served in sorted(server.served_versions(), key=lambda s: (s.name, s.version)):
         if is_text_generator(served.config) and served.name not in {d["id"] for d in data}:
             if server.model_ready(served.name):
-                data.append({"id": served.name, "object": "model", "created": 0, "owned_by": "infera"})
+                card = {"id": served.name, "object": "model", "created": 0, "owned_by": "infera"}
+                if (backend := openai_tokens.tokenizing_backend(served)) is not None:
+                    card["max_model_len"] = backend.max_model_len
+                data.append(card)
     return orjson.dumps({"object": "list", "data": data})
 
 

@@ -23,6 +23,7 @@ from engine.frontend.openai_fields import OpenAIError
 from engine.protocol import parse_json_object
 
 if TYPE_CHECKING:
+    from engine.serving.lifecycle import ServedVersion
     from engine.serving.server import InferenceServer
 
 
@@ -46,6 +47,11 @@ class Tokenizing(Protocol):
     def token_strings(self, token_ids: list[int]) -> list[str]: ...
 
 
+def tokenizing_backend(served: ServedVersion) -> Tokenizing | None:
+    """The backend of a loaded version when it has a tokenizer (its instances share one model), else None."""
+    return next((i.backend for i in served.instances if isinstance(i.backend, Tokenizing)), None)
+
+
 def _tokenizer(server: InferenceServer, body: bytes) -> tuple[dict[str, Any], Tokenizing]:
     """The checked body and the tokenizing backend of the model it names."""
     try:
@@ -53,10 +59,10 @@ def _tokenizer(server: InferenceServer, body: bytes) -> tuple[dict[str, Any], To
     except InferaError as exc:
         raise OpenAIError(exc.message) from None
     model, route = fields.model_route(server, document)
-    for instance in route.served.instances:
-        if isinstance(instance.backend, Tokenizing):
-            return document, instance.backend
-    raise OpenAIError(f"model '{model}' has no tokenizer (only the llm backend's models have one)", param="model")
+    backend = tokenizing_backend(route.served)
+    if backend is None:
+        raise OpenAIError(f"model '{model}' has no tokenizer (only the llm backend's models have one)", param="model")
+    return document, backend
 
 
 async def tokenize(server: InferenceServer, body: bytes) -> bytes:

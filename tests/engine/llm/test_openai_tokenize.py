@@ -1,6 +1,7 @@
 """POST /tokenize and /detokenize (vLLM's) over the `llm` backend, served in process by OpenAIApp: a prompt's and a
 conversation's ids equal the model's own tokenizer's and come back as the same text; an unknown model is a 404, a
-model without a tokenizer and bad token ids 400s naming the field; credentials are asked for as on /v1."""
+model without a tokenizer and bad token ids 400s naming the field; credentials are asked for as on /v1; /v1/models
+gives a tokenizing model's max_model_len."""
 
 from __future__ import annotations
 
@@ -108,3 +109,10 @@ async def test_it_asks_for_credentials_as_v1_does_and_bounds_the_body(app):
     assert large.status == 413
     wrong = await call(app, "GET", "/tokenize", headers=KEY)
     assert wrong.status == 405
+
+
+async def test_the_model_list_gives_the_max_model_len_of_a_model_with_a_tokenizer(app):
+    answer = await call(app, "GET", "/v1/models", headers=KEY)
+    cards = {card["id"]: card for card in answer.json()["data"]}
+    assert cards["tiny"]["max_model_len"] == 128
+    assert "max_model_len" not in cards["text_echo"]

@@ -34,12 +34,20 @@ def openai_llm_repository(tiny_llama_folder: Path, tmp_path_factory: pytest.Temp
 
 
 @pytest.fixture(scope="session")
-def openai_llm_client(openai_llm_repository: Path, tmp_path_factory: pytest.TempPathFactory):
-    """The official `openai` client of a real server (uvicorn, loopback) over `openai_llm_repository`."""
-    import openai
-
-    from tests.engine.frontend.server_process import running_server
+def openai_llm_addresses(openai_llm_repository: Path, tmp_path_factory: pytest.TempPathFactory):
+    """`host:port` of HTTP and of gRPC of a real server (uvicorn, loopback) over `openai_llm_repository`."""
+    from tests.engine.frontend.server_process import free_port, running_server
 
     log = tmp_path_factory.mktemp("openai-llm-choices-logs") / "uvicorn.log"
-    with running_server("uvicorn", openai_llm_repository, log) as address:
-        yield openai.OpenAI(base_url=f"http://{address}/v1", api_key="unused", max_retries=0, timeout=120)
+    grpc_port = free_port()
+    with running_server("uvicorn", openai_llm_repository, log, {"INFERA_GRPC_PORT": str(grpc_port)}) as address:
+        yield address, f"127.0.0.1:{grpc_port}"
+
+
+@pytest.fixture(scope="session")
+def openai_llm_client(openai_llm_addresses: tuple[str, str]):
+    """The official `openai` client of that server."""
+    import openai
+
+    address = openai_llm_addresses[0]
+    return openai.OpenAI(base_url=f"http://{address}/v1", api_key="unused", max_retries=0, timeout=120)

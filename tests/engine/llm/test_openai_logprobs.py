@@ -1,12 +1,15 @@
 """Logprobs through the official `openai` client against a real server (a tiny llm model): a completion's
 `logprobs: k` and a chat's `logprobs: true, top_logprobs: k`, streamed and not, equal to a log-softmax of
-transformers' own logits for greedy steps; refusals name the field (k past 20, top_logprobs without logprobs, a
-model that reports no logprobs)."""
+transformers' own logits for greedy steps, and the same as tritonclient reads them from the model's `logprobs`
+output; refusals name the field (k past 20, top_logprobs without logprobs, a model that reports no logprobs)."""
 
 from __future__ import annotations
 
+import json
+import queue
 from pathlib import Path
 
+import numpy as np
 import openai
 import pytest
 import torch
@@ -117,3 +120,38 @@ def test_k_past_20_or_top_logprobs_without_logprobs_is_a_400_naming_the_field(op
     assert refused.value.body["param"] == "top_logprobs"
     with pytest.raises(openai.BadRequestError, match="'top_logprobs' needs 'logprobs' set to true"):
         openai_llm_client.chat.completions.create(model="tiny", messages=QUESTION, top_logprobs=2)
+
+
+def test_tritonclient_reads_the_same_logprobs_from_the_models_stream(openai_llm_client, openai_llm_addresses):
+    import tritonclient.grpc as grpcclient
+
+    completion = openai_llm_client.completions.create(
+        model="tiny", prompt=PROMPT, max_tokens=4, temperature=0, logprobs=2
+    )
+    inputs = []
+    for name, value, kind in (
+        ("text_input", PROMPT.encode(), "BYTES"),
+        ("sampling_parameters", json.dumps({"max_tokens": 4, "temperature": 0, "logprobs": 2}).encode(), "BYTES"),
+        ("stream", True, "BOOL"),
+    ):
+        tensor = grpcclient.InferInput(name, [1], kind)
+        tensor.set_data_from_numpy(np.array([value], dtype=np.object_ if kind == "BYTES" else np.bool_))
+        inputs.append(tensor)
+    received: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(openai_llm_addresses[1])
+    client.start_stream(callback=lambda result, error: received.put((result, error)))
+    try:
+        client.async_stream_infer("tiny", inputs, request_id="lp")
+        entries = []
+        while len(entries) < 4:
+            result, error = received.get(timeout=60)
+            assert error is None, error
+            entries += json.loads(result.as_numpy("logprobs")[0])
+    finally:
+        client.stop_stream()
+        client.close()
+    expected = completion.choices[0].logprobs
+    assert [entry["token"] for entry in entries] == expected.tokens
+    for entry, logprob, top in zip(entries, expected.token_logprobs, expected.top_logprobs, strict=True):
+        assert abs(entry["logprob"] - logprob) < TOLERANCE
+        assert {alternative["token"] for alternative in entry["top_logprobs"]} == set(top)

@@ -39,17 +39,14 @@ import numpy as np
 
 from engine.backends import register_backend
 from engine.backends.base import Backend
+from engine.backends.llm_responses import COUNT_OUTPUTS, LOGPROBS_OUTPUT, TEXT_OUTPUT, ResponseSink, logprob_entry
 from engine.config.model_config import ModelConfig, TensorConfig
-from engine.errors import BackendError, InferaError, InvalidArgument, LoadError
-from engine.serving.streams import StreamClosed
+from engine.errors import InferaError, InvalidArgument, LoadError
 from engine.types import InferenceRequest
 
 TEXT_INPUT = "text_input"
 MESSAGES_INPUT = "messages"
-TEXT_OUTPUT = "text_output"
-LOGPROBS_OUTPUT = "logprobs"
 SCALARS = {"max_tokens": int, "temperature": float, "top_p": float, "seed": int}
-COUNT_OUTPUTS = ("prompt_tokens", "completion_tokens", "cached_tokens")
 
 DEFAULT_INPUTS = [
     TensorConfig(TEXT_INPUT, "TYPE_STRING", [1], optional=True),
@@ -224,8 +221,8 @@ class LLMBackend(Backend):
             )
         streamed = request.inputs.get("stream")
         per_token = bool(streamed is not None and streamed.size and np.asarray(streamed).reshape(-1)[0])
-        describe = functools.partial(_logprob_entry, self.tokenizer) if params.logprobs is not None else None
-        sink = _Sink(request.stream, per_token, describe)
+        describe = functools.partial(logprob_entry, self.tokenizer) if params.logprobs is not None else None
+        sink = ResponseSink(request.stream, per_token, describe)
         return GenerationRequest(prompt, params, sink, stop=stop, priority=self._priority(request.priority))
 
     def _priority(self, given: int) -> int:
@@ -365,62 +362,3 @@ def _eos_ids(runner: Any) -> list[int]:
         if token is not None and int(token) not in ids:
             ids.append(int(token))
     return ids
-
-
-def _logprob_entry(tokenizer: Any, token: Any) -> dict[str, Any]:
-    """One token's entry of the `logprobs` output: its id, text and logprob, and its alternatives alike."""
-    top = [
-        {"token_id": token_id, "token": tokenizer.decode([token_id]), "logprob": logprob}
-        for token_id, logprob in token.top_logprobs
-    ]
-    text = tokenizer.decode([token.token_id])
-    return {"token_id": token.token_id, "token": text, "logprob": token.logprob, "top_logprobs": top}
-
-
-class _Sink:
-    """A request's updates to its response stream: a response per token, or one with the whole text; each with
-    its tokens' logprobs when `describe` (a token's entry) is given."""
-
-    def __init__(self, stream: Any, per_token: bool, describe: Callable[[Any], dict[str, Any]] | None = None) -> None:
-        self.stream = stream
-        self.per_token = per_token
-        self.describe = describe
-        self.text: list[str] = []
-        self.logprobs: list[dict[str, Any]] = []
-
-    def __call__(self, update: Any) -> None:
-        try:
-            self._send(update)
-        except StreamClosed:
-            pass  # the stream ended already (its version stopped)
-
-    def _send(self, update: Any) -> None:
-        stream = self.stream
-        if update.error is not None:
-            error = update.error if isinstance(update.error, InferaError) else BackendError(str(update.error))
-            stream.fail(error)
-            return
-        if update.finish_reason == "abort":
-            stream.send(final=True)
-            return
-        if self.describe is not None:
-            self.logprobs += [self.describe(token) for token in update.logprobs]
-        if not update.finished:
-            if self.per_token:
-                stream.send(self._outputs(update.text))
-            else:
-                self.text.append(update.text)
-            return
-        outputs = self._outputs(update.text if self.per_token else "".join(self.text) + update.text)
-        outputs["finish_reason"] = np.array([update.finish_reason.encode()], dtype=np.object_)
-        for name in COUNT_OUTPUTS:
-            outputs[name] = np.array([getattr(update, name)], dtype=np.int32)
-        stream.send(outputs, final=True)
-
-    def _outputs(self, text: str) -> dict[str, np.ndarray]:
-        """The text, and the logprobs gathered since the last response when they are asked for."""
-        outputs = {TEXT_OUTPUT: np.array([text.encode("utf-8")], dtype=np.object_)}
-        if self.describe is not None:
-            outputs[LOGPROBS_OUTPUT] = np.array([json.dumps(self.logprobs).encode()], dtype=np.object_)
-            self.logprobs = []
-        return outputs

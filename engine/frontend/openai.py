@@ -124,8 +124,8 @@ class Completion:
         self.logprobs = fields.logprobs(document, chat)  # alternatives per token, None: no logprobs
         if self.logprobs is not None and not config.parameters.get(LOGPROBS_OUTPUT):
             raise OpenAIError(
-                f"model '{self.model}' does not report logprobs: its config names no '{LOGPROBS_OUTPUT}' parameter "
-                "(the llm backend's models do)",
+                f"'logprobs' is not supported by model '{self.model}': its config names no '{LOGPROBS_OUTPUT}' "
+                "parameter (the llm backend's models report logprobs)",
                 param="logprobs",
             )
         limit = server.settings.openai.max_tokens

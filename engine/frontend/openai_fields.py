@@ -101,12 +101,13 @@ def only_one(document: dict[str, Any], key: str) -> None:
 
 def logprobs(document: dict[str, Any], chat: bool) -> int | None:
     """How many alternatives each token's logprob comes with, or None when logprobs are not asked for: a
-    completion's `logprobs: k`; a chat's `logprobs: true` with `top_logprobs: k` (0 when absent), which needs it."""
+    completion's `logprobs: k`; a chat's `logprobs: true` with `top_logprobs: k` (0 when absent; above 0 it needs
+    `logprobs: true`)."""
     if not chat:
         return integer(document, "logprobs", 0, MAX_LOGPROBS)
     top = integer(document, "top_logprobs", 0, MAX_LOGPROBS)
     if not boolean(document, "logprobs"):
-        if top is not None:
+        if top:  # 0 asks for nothing: accepted either way
             raise OpenAIError("'top_logprobs' needs 'logprobs' set to true", param="top_logprobs")
         return None
     return top or 0

@@ -39,7 +39,7 @@ class IncrementalText:
 class StopMatcher:
     """Cuts text at the first stop string, holding back only a tail that could still begin one.
 
-    The one copy: the engine loop's and the OpenAI front end's (engine/frontend/openai.py). Each piece costs a
+    The one copy: the engine loop's and the OpenAI front end's (engine/frontend/openai_choices.py). Each piece costs a
     search of the held tail (shorter than the longest stop) and the piece, per stop string: the text already sent is
     never searched again.
     """

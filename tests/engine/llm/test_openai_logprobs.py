@@ -104,10 +104,10 @@ def test_a_streamed_completions_text_offsets_start_where_each_chunks_text_does(o
 
 
 def test_a_model_that_reports_no_logprobs_answers_400_naming_the_field(openai_llm_client):
-    with pytest.raises(openai.BadRequestError, match="does not report logprobs") as refused:
+    with pytest.raises(openai.BadRequestError, match="'logprobs' is not supported by model 'text_echo'") as refused:
         openai_llm_client.completions.create(model="text_echo", prompt="hi", logprobs=2)
     assert refused.value.body["param"] == "logprobs"
-    with pytest.raises(openai.BadRequestError, match="does not report logprobs"):
+    with pytest.raises(openai.BadRequestError, match="'logprobs' is not supported by model 'text_echo'"):
         openai_llm_client.chat.completions.create(model="text_echo", messages=QUESTION, logprobs=True)
 
 

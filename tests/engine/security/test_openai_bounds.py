@@ -9,8 +9,8 @@ import json
 import orjson
 import pytest
 
-from engine.frontend.openai import StopMatcher
-from engine.frontend.openai_fields import MAX_STOP_CHARS, MAX_STOPS
+from engine.frontend.openai_fields import MAX_CHOICES, MAX_STOP_CHARS, MAX_STOPS
+from engine.llm.text import StopMatcher
 from tests.engine.decoupled_models import build_decoupled_repository
 from tests.engine.frontend.server_process import running_server
 
@@ -98,7 +98,7 @@ def test_it_still_completes_with_a_full_stop_list(address):
         ("frequency_penalty", -2.5),
         ("n", 0),
         ("n", 10**9),
-        ("n", 2),
+        ("n", MAX_CHOICES + 1),
         ("best_of", 2**40),
         ("logprobs", 6),
         ("logprobs", 1e308),
@@ -137,7 +137,7 @@ def test_a_chat_refuses_fields_out_of_bounds_with_400(address, field, value):
 
 def test_it_accepts_every_field_at_its_bounds(address):
     fields = {"max_tokens": 50, "seed": 2**63 - 1, "top_p": 1, "temperature": 2, "n": 1, "best_of": 1}
-    fields |= {"presence_penalty": -2, "frequency_penalty": 2, "logit_bias": {"50256": -100}, "logprobs": 0}
+    fields |= {"presence_penalty": -2, "frequency_penalty": 2, "logit_bias": {"50256": -100}}
     status, answer = complete(address, stream=False, echo=False, **fields)
     assert status == 200 and answer["choices"][0]["text"] == "echo: hi"
     status, answer = chat(address, max_completion_tokens=3, top_logprobs=0, logprobs=False, seed=-(2**63))

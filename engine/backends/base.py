@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -30,11 +31,21 @@ class Device:
 
 
 @dataclass(frozen=True, slots=True)
+class InstanceFailure:
+    """An instance that can serve no more (its runtime failed past one batch): which one, and why."""
+
+    instance_name: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class InstanceContext:
-    """Where a backend runs: its instance's Triton name, and what the engine offers model code (None in a trial)."""
+    """Where a backend runs: its instance's Triton name, what the engine offers model code (None in a trial), and
+    where it reports that it failed for good (`Backend.report_failure`; None in a trial)."""
 
     instance_name: str = ""
     services: Any = None  # an engine.serving.model_services.ModelServices when the version serves
+    on_failure: Callable[[InstanceFailure], None] | None = None  # from any thread
 
 
 class Backend(ABC):
@@ -79,6 +90,12 @@ class Backend(ABC):
         Called when the server may wait no longer (its shutdown grace is over, or a second signal came), possibly
         from a signal handler: it must not block. A batch it interrupts fails; `unload` still follows.
         """
+
+    def report_failure(self, reason: str) -> None:
+        """This instance can serve no more (from any thread): its version turns UNAVAILABLE with `reason` until it
+        is loaded again (engine.serving.lifecycle). A failure of one batch is that batch's error, not this."""
+        if self.context.on_failure is not None:
+            self.context.on_failure(InstanceFailure(self.context.instance_name, reason))
 
     def require_model_file(self) -> Path:
         """The model file, or a LoadError naming the path that is missing."""

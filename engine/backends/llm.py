@@ -167,7 +167,7 @@ class LLMBackend(Backend):
         self.runner = runner
         self.tokenizer = runner.tokenizer
         self.max_model_len = max_model_len
-        self.engine = LLMEngine(runner, scheduler, config.name, _eos_ids(runner))
+        self.engine = LLMEngine(runner, scheduler, config.name, _eos_ids(runner), on_failure=self.report_failure)
         self.engine.start()
 
     # --- requests -----------------------------------------------------------------------------------------------

@@ -8,8 +8,11 @@ match), the token's logprobs when the request asks for them, and on the last one
 counts. A cancel (`cancel`, the client went away) aborts
 the sequence between steps: its blocks are freed at once and its sink gets a final update ("abort").
 
-A failure of the model fails the requests of that step and then every other request of this engine, and the
-engine refuses new ones naming the failure (`EngineFailed`): the model's instance is broken, the process is not.
+A failure of the model (its forward raises, memory runs out, the loop's own bookkeeping breaks) is reported first
+(`on_failure`: the backend turns its version UNAVAILABLE with the reason), then every request of this engine ends
+with `EngineFailed` (a 500 naming the model and the failure: those of the failing step, those running, waiting or
+just submitted), and the engine refuses new ones with `EngineUnavailable` (a 503): the model's instance is broken,
+the process is not, and a load of the version starts a new engine.
 
 A request arrives when it is submitted; the loop records its queue time, its tokens' times and its end where they
 happen, on the engine's clock (engine/llm/metrics.py), and `metrics()` reads them with the scheduler's numbers.
@@ -27,7 +30,7 @@ from typing import Any
 
 import torch
 
-from engine.errors import BackendError, InvalidArgument
+from engine.errors import BackendError, InvalidArgument, Unavailable
 from engine.llm.metrics import LLMMetrics, RequestTimings
 from engine.llm.model_runner import ModelRunner
 from engine.llm.sampling import SampledToken, SamplingParams, SamplingRow, make_generator, sample
@@ -41,6 +44,10 @@ EMPTY_PLAN_WAIT_S = 0.05  # a plan with nothing to run (cannot happen with a con
 
 class EngineFailed(BackendError):
     """The engine stopped: its model failed, or it is unloading."""
+
+
+class EngineUnavailable(Unavailable, EngineFailed):
+    """A request submitted after the engine stopped (HTTP 503): the model must be loaded again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +98,7 @@ class LLMEngine:
         name: str = "llm",
         eos_token_ids: Sequence[int] = (),
         clock: Callable[[], float] = time.monotonic,
+        on_failure: Callable[[str], None] | None = None,
     ) -> None:
         self.runner = runner
         self.scheduler = scheduler
@@ -99,6 +107,7 @@ class LLMEngine:
         self.eos_token_id = eos[0] if eos else None
         self.extra_stop_ids = frozenset(eos[1:])
         self.clock = clock
+        self.on_failure = on_failure  # called on the engine's thread with the reason, before requests are failed
         self.failure: str | None = None
         self.steps = 0
         self.timings = RequestTimings()
@@ -119,7 +128,7 @@ class LLMEngine:
         request.params.check_vocab(self.runner.shape.vocab_size)
         with self._wake:
             if self.failure is not None or self._stopping:
-                raise EngineFailed(self.failure or f"model '{self.name}' is unloading")
+                raise EngineUnavailable(self.failure or f"model '{self.name}' is unloading")
             request.request_id = next(self._ids)
             request.arrival = self.clock()
             self._new.append(request)
@@ -156,9 +165,17 @@ class LLMEngine:
                 self.intake()
                 if self.scheduler.has_work():
                     self.step()
-        except Exception as exc:  # the model (or the engine) failed: this instance is done, the process is not
+        except BaseException as exc:  # noqa: BLE001 - the model (or the engine) failed: this instance, not the process
             logger.exception("model '%s': the LLM engine failed", self.name)
-            self._fail_all(f"model '{self.name}' failed: {type(exc).__name__}: {exc}")
+            reason = f"model '{self.name}' failed: {type(exc).__name__}: {exc}"
+            with self._wake:
+                self.failure = reason
+            if self.on_failure is not None:
+                try:
+                    self.on_failure(reason)
+                except Exception:
+                    logger.exception("model '%s': reporting its failure failed", self.name)
+            self._fail_all(reason)
             return
         self._fail_all(f"model '{self.name}' is unloading; its open requests end here")
 
@@ -167,8 +184,13 @@ class LLMEngine:
         with self._wake:
             new, self._new = self._new, []
             cancelled, self._cancelled = self._cancelled, []
-        for request in new:
-            self._admit(request)
+        for index, request in enumerate(new):
+            try:
+                self._admit(request)
+            except BaseException:
+                with self._wake:  # not admitted: answered with the others when the engine fails
+                    self._new[:0] = new[index:]
+                raise
         for request_id in cancelled:
             self._abort(request_id)
 
@@ -214,17 +236,9 @@ class LLMEngine:
                 if not (self._new or self._cancelled or self._stopping):
                     self._wake.wait(EMPTY_PLAN_WAIT_S)
             return
-        try:
-            seq_ids, logits = self.runner.execute(plan)
-            rows = [self._row(seq_id) for seq_id in seq_ids]
-            tokens = sample(logits, rows)
-        except Exception as exc:
-            failed = EngineFailed(f"model '{self.name}' failed: {type(exc).__name__}: {exc}")
-            for chunk in plan.chunks:
-                live = self._live.pop(chunk.seq_id, None)
-                if live is not None:
-                    _deliver(live.request, GenerationUpdate(finished=True, error=failed))
-            raise
+        seq_ids, logits = self.runner.execute(plan)  # a failure here ends the engine (see _run)
+        rows = [self._row(seq_id) for seq_id in seq_ids]
+        tokens = sample(logits, rows)
         self.steps += 1
         drawn = dict(zip(seq_ids, tokens, strict=True))
         sampled = {seq_id: token.token_id for seq_id, token in drawn.items()}
@@ -293,7 +307,10 @@ class LLMEngine:
         for request in new:
             _deliver(request, GenerationUpdate(finished=True, error=failed))
         for request_id, live in list(self._live.items()):
-            self.scheduler.abort(request_id, self.clock())
+            try:
+                self.scheduler.abort(request_id, self.clock())
+            except Exception:  # noqa: BLE001 - its bookkeeping may be what failed: every request is answered anyway
+                logger.debug("model '%s': aborting request %r failed", self.name, request_id, exc_info=True)
             _deliver(live.request, GenerationUpdate(finished=True, error=failed))
         self._live.clear()
 

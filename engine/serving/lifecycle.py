@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.backends.base import InstanceContext
+from engine.backends.base import InstanceContext, InstanceFailure
 from engine.config.datatypes import config_to_wire, numpy_dtype
 from engine.config.model_config import ModelConfig
 from engine.config.names import without_folders
@@ -101,6 +101,7 @@ class ServedVersion:
         self.path = Path(path)
         self.state = ModelState.LOADING
         self.reason = ""
+        self.failure: InstanceFailure | None = None  # an instance that failed for good: UNAVAILABLE until reloaded
         self.stats = ModelStats(self.name, version)
         if config.decoupled:
             self.stats.streams = StreamStats()
@@ -131,15 +132,22 @@ class ServedVersion:
         if self.config.backend_name == "ensemble":
             self._load_ensemble(services)
             return
+        loop = asyncio.get_running_loop()
+
+        def failed(failure: InstanceFailure) -> None:  # an instance's own thread: the state changes on the loop
+            loop.call_soon_threadsafe(self.instance_failed, failure)
+
         try:
             for i, (device, instance_name) in enumerate(instance_slots(self.config, gpus)):
                 self._check_cancelled()
-                context = InstanceContext(instance_name, services)
+                context = InstanceContext(instance_name, services, failed)
                 backend = await asyncio.to_thread(open_backend, self.config, self.path, device, context)
                 instance = ModelInstance(f"{self.name}-{self.version}-{i}", backend)
                 instance.start()
                 self.instances.append(instance)
             await self._warm_up()
+            if self.failure is not None:
+                raise LoadError(self.reason)
         except BaseException:
             await self._release()
             raise
@@ -178,6 +186,16 @@ class ServedVersion:
             self.state, self.reason = ModelState.READY, ""
         else:
             self.state, self.reason = ModelState.UNAVAILABLE, problem
+
+    def instance_failed(self, failure: InstanceFailure) -> None:
+        """An instance can serve no more (its backend said so): the version is UNAVAILABLE with the reason, new
+        requests are refused with it (503), and a load of the version brings it back."""
+        if self.failure is not None or self.state not in (ModelState.LOADING, ModelState.READY):
+            return
+        self.failure = failure
+        self.state = ModelState.UNAVAILABLE
+        self.reason = f"instance '{failure.instance_name}' failed: {failure.reason}"
+        log.error("model '%s' version %s is unavailable: %s", self.name, self.version, self.reason)
 
     async def _warm_up(self) -> None:
         for sample in self.config.model_warmup:

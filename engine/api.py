@@ -39,7 +39,7 @@ from engine.frontend.grpc_server import GrpcFrontEnd
 from engine.frontend.handlers import Reply
 from engine.frontend.http import V2App
 from engine.frontend.lifespan import ServiceLifespan
-from engine.frontend.openai import TEXT_INPUT, TEXT_OUTPUT, TOKEN_PATHS, OpenAIApp, is_openai_path
+from engine.frontend.openai import MESSAGES_INPUT, TEXT_INPUT, TEXT_OUTPUT, TOKEN_PATHS, OpenAIApp, is_openai_path
 from engine.frontend.routes import Route
 from engine.monitoring.merge import check_snapshot, merge_figures, merge_snapshots
 from engine.monitoring.prometheus import MetricsApp, check_families
@@ -155,6 +155,7 @@ __all__ = [
     "DirectRequestsProtocol",
     "DirectResponder",
     "GrpcFrontEnd",
+    "MESSAGES_INPUT",
     "OpenAIApp",
     "Reply",
     "Route",

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from django.conf import settings
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
@@ -17,7 +18,7 @@ from console.registry.audit import audit_events
 from console.registry.engine_status import EngineStatus
 from console.registry.forms import MODEL_COLUMNS, MODEL_ORDER, ModelFilterForm
 from console.registry.models import RegisteredModel, VersionState
-from console.registry.playground import generates_text, is_language_model
+from console.registry.playground import chat_tokens, chats, generates_text, is_language_model
 from console.registry.services import lookups
 from console.registry.uploads import max_upload_bytes
 
@@ -40,7 +41,8 @@ def model_list(request: HttpRequest) -> HttpResponse:
 @role_required()
 def model_detail(request: HttpRequest, name: str) -> HttpResponse:
     """One model: versions and their actions, upload, effective config, and a form that sends a v2 request; an
-    ensemble's pipeline as a graph; the ensembles that use it; a language model's scheduler numbers, live."""
+    ensemble's pipeline as a graph; the ensembles that use it; a language model's scheduler numbers, live; a text
+    generator's playground (a chat for one that takes messages)."""
     model = get_object_or_404(RegisteredModel.objects.select_related("active_version"), name=name)
     config = model.shown_config
     ensemble = pipeline.is_ensemble(config)
@@ -56,6 +58,8 @@ def model_detail(request: HttpRequest, name: str) -> HttpResponse:
             "pipeline": pipeline.layout(config, composing_models(config, request)) if ensemble else None,
             "used_by": lookups.ensembles_using(model.name),
             "generates_text": generates_text(config),
+            "chats": chats(config),
+            "chat_tokens": chat_tokens(config, settings.INFERA.engine.openai.max_tokens),
             "language_model": is_language_model(config),
             "version_states": [state.value for state in VersionState],
         },

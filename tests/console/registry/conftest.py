@@ -1,8 +1,10 @@
-"""Registry test cast: a store per test, one user per role with API clients, and small real model files."""
+"""Registry test cast: a store per test, one user per role with API clients, small real model files, and a console
+serving a tiny random Llama."""
 
 from __future__ import annotations
 
 import io
+import shutil
 import tarfile
 import zipfile
 from pathlib import Path
@@ -12,6 +14,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from rest_framework.test import APIClient
 
 from engine.serving.server import InferenceServer
+from tests.conftest import manage_command, serve_process
 from tests.console.accounts import conftest as accounts_cast
 from tests.engine.model_factory import make_mlp_onnx, make_simple_onnx, simple_config, to_pbtxt
 
@@ -149,3 +152,25 @@ ensemble_scheduling {{
 def upload_config(client: APIClient, name: str, config: str, **fields):
     """An upload with a config and no file (an ensemble's version)."""
     return client.post(f"/api/models/{name}/versions/", {"config": config, **fields}, format="multipart")
+
+
+LLM_READY_S = 120
+
+
+@pytest.fixture(scope="module")
+def llm_server(tmp_path_factory: pytest.TempPathFactory):
+    """A console serving "tiny", a random 2-layer Llama on the llm backend (imported from the shell), for the
+    browser tests of a language model's page."""
+    from tests.engine.llm.test_llm_backend import CONFIG  # torch and transformers: only where a test asks
+    from tests.engine.llm.tiny_llama import build_tiny_llama
+
+    repo = tmp_path_factory.mktemp("llm-repo")
+    (repo / "tiny").mkdir()
+    (repo / "tiny" / "config.pbtxt").write_text(CONFIG)
+    shutil.copytree(build_tiny_llama(tmp_path_factory.mktemp("tiny_llama")), repo / "tiny" / "1")
+    var_dir = tmp_path_factory.mktemp("llm-console") / "var"
+    env = {"INFERA_DISABLE_NVML": "1"}
+    with serve_process(var_dir, "--no-seed", env=env) as server:
+        manage_command(var_dir, env)("import_repository", str(repo))
+        assert server.wait_for("/v2/models/tiny/ready", timeout=LLM_READY_S) == 200
+        yield server

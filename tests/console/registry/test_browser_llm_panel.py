@@ -5,34 +5,16 @@ completions; the numbers are the ones /metrics gives."""
 from __future__ import annotations
 
 import json
-import shutil
 import urllib.request
 
 import pytest
 
-from tests.conftest import ServerProcess, manage_command, serve_process, sign_in
-from tests.engine.llm.test_llm_backend import CONFIG
-from tests.engine.llm.tiny_llama import build_tiny_llama
+from tests.conftest import ServerProcess, sign_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.server]
 
-READY_S = 120
 WAIT_MS = 30_000
 PROMPT = "the scheduler plans each step on an explicit clock and"
-
-
-@pytest.fixture(scope="module")
-def llm_server(tmp_path_factory: pytest.TempPathFactory):
-    repo = tmp_path_factory.mktemp("llm-panel-repo")
-    (repo / "tiny").mkdir()
-    (repo / "tiny" / "config.pbtxt").write_text(CONFIG)
-    shutil.copytree(build_tiny_llama(tmp_path_factory.mktemp("tiny_llama")), repo / "tiny" / "1")
-    var_dir = tmp_path_factory.mktemp("llm-panel") / "var"
-    env = {"INFERA_DISABLE_NVML": "1"}
-    with serve_process(var_dir, "--no-seed", env=env) as server:
-        manage_command(var_dir, env)("import_repository", str(repo))
-        assert server.wait_for("/v2/models/tiny/ready", timeout=READY_S) == 200
-        yield server
 
 
 def complete(server: ServerProcess, prompt: str) -> dict:

@@ -71,10 +71,10 @@ def held_infer(engine: InferenceServer, monkeypatch: pytest.MonkeyPatch):
     started, release = asyncio.Event(), asyncio.Event()
     real_infer = engine.infer
 
-    async def held(request):
+    async def held(request, route=None):
         started.set()
         await release.wait()
-        return await real_infer(request)
+        return await real_infer(request, route)
 
     monkeypatch.setattr(engine, "infer", held)
     yield started, release

@@ -2,7 +2,7 @@
 
 Python's json module recurses once per level, so a body of a few thousand '[' ended in RecursionError, a 500 (a
 config sent to /api/models/<m>/config/validate, say). Bodies are read with orjson and refused past
-engine.config_format.MAX_JSON_DEPTH levels: a 400 naming the limit, as the engine refuses configs nested that deep.
+engine.config.text_format.MAX_JSON_DEPTH levels: a 400 naming the limit, as the engine refuses configs nested that deep.
 """
 
 from __future__ import annotations

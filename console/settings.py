@@ -114,7 +114,7 @@ REST_FRAMEWORK = rest_framework_settings(
         "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
         "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
         "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-        # JSON nested at most engine.config_format.MAX_JSON_DEPTH levels (Python's parser recursed into a 500)
+        # JSON nested at most engine.config.text_format.MAX_JSON_DEPTH levels (Python's parser recursed into a 500)
         "DEFAULT_PARSER_CLASSES": [
             "console.parsers.JSONParser",
             "rest_framework.parsers.FormParser",

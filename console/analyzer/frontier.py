@@ -1,5 +1,6 @@
 """Which measured points are worth having (the Pareto front of throughput against p99 latency) and which config to
-recommend under a latency budget. Plain Python over the points' JSON form (engine.analysis.LoadPoint.to_dict)."""
+recommend under a latency budget. Plain Python over the points' JSON form
+(engine.serving.analysis.LoadPoint.to_dict)."""
 
 from __future__ import annotations
 

@@ -27,8 +27,8 @@ class Analysis(models.Model):
     """One sweep of candidate configs of one version over rising concurrency, and its outcome.
 
     `plan` holds the candidates (label and partial config), the concurrency levels, the seconds per point and the
-    time limit; `points` what each candidate did at each level (engine.analysis.LoadPoint, in order). One analysis
-    runs at a time on the whole installation: `in_progress` is True while it is queued or running and unique.
+    time limit; `points` what each candidate did at each level (engine.serving.analysis.LoadPoint, in order). One
+    analysis runs at a time on the whole installation: `in_progress` is True while it is queued or running and unique.
     """
 
     model = models.ForeignKey(RegisteredModel, on_delete=models.CASCADE, related_name="analyses")

@@ -1,5 +1,5 @@
 """The analysis runner: the serving process's loop that takes queued analyses one at a time and runs them on its
-engine (engine.analysis.sweep), recording each point as it is measured.
+engine (engine.serving.analysis.sweep), recording each point as it is measured.
 
 It is the runtime's (console/hosting/runtime.py). It wakes when this process queues an analysis (`wake()`, safe from the
 API's worker threads), else every `period` seconds (an analysis queued elsewhere: `manage.py analyze`, another

@@ -2,7 +2,7 @@
 
 One config alone cannot tell that an ensemble would call itself through others, nor that the only callers of a
 model are ensembles it calls itself: these read the whole registry. Every registered version with a config counts
-(any of them may be asked to load again), and the engine's own check decides (engine.admission).
+(any of them may be asked to load again), and the engine's own check decides (engine.serving.admission).
 """
 
 from __future__ import annotations

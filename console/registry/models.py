@@ -19,7 +19,7 @@ __all__ = [
 
 
 def model_name_validator(value: str) -> None:
-    """The engine's rule for model names (engine.names): a folder name and URL segment on every platform."""
+    """The engine's rule for model names (engine.config.names): a folder name and URL segment on every platform."""
     problem = model_name_problem(value)
     if problem is not None:
         raise ValidationError(problem, code="invalid")

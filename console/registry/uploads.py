@@ -3,7 +3,7 @@
 `UploadRejected` (4xx, nothing recorded) covers what is wrong with the request itself: the size, the file type, an
 unsafe archive, a config that does not parse, a version folder with no model file (only an ensemble's may have none).
 What the engine finds afterwards (the version runs code its uploader may not load, a config that fails validation
-or contradicts the model, a file its runtime cannot load) is decided by engine.admission, called from services.
+or contradicts the model, a file its runtime cannot load) is decided by engine.serving.admission, called from services.
 
 An archive of several model folders stages one version of each: the folder named after the model uploaded to is its
 version, the others come along as companions (an ensemble with the models its steps call, say).

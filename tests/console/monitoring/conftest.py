@@ -26,9 +26,9 @@ from engine.monitoring.sampler import MetricsSampler
 from engine.serving.server import InferenceServer
 from engine.types import InferenceRequest
 from tests.conftest import ServerProcess, serve_process
+from tests.engine.ensembles.test_ensembles import step, write_ensemble
 from tests.engine.model_factory import make_simple_onnx
 from tests.engine.monitoring.stand_ins import FIXED_DEVICES, FakeClock, Served, ServedVersions
-from tests.engine.test_ensembles import step, write_ensemble
 
 
 @pytest.fixture

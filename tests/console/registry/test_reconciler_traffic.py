@@ -24,11 +24,11 @@ from tests.console.registry.engine_helpers import (
     served_version,
 )
 from tests.engine.model_factory import python_config, to_pbtxt
-from tests.engine.test_traffic import SCALE
+from tests.engine.traffic.test_traffic import SCALE
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-# version 1 doubles X, version 2 triples it, version 3 fails on negative inputs (tests/engine/test_traffic.py)
+# version 1 doubles X, version 2 triples it, version 3 fails on negative inputs (tests/engine/traffic/test_traffic.py)
 SCALE_PBTXT = to_pbtxt(python_config("scale", [("X", "TYPE_FP32", [2])], [("Y", "TYPE_FP32", [2])])) + (
     'parameters { key: "EXECUTION_MODE" value { string_value: "in_process" } }\n'
 )

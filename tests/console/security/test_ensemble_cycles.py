@@ -12,7 +12,7 @@ from console.registry.v2_hooks import _new_version
 from engine.errors import InvalidArgument
 from tests.console.registry import conftest as registry_cast
 from tests.console.registry.conftest import ensemble_pbtxt, model_file, upload, upload_config, zip_of
-from tests.engine.test_ensembles import step, write_ensemble
+from tests.engine.ensembles.test_ensembles import step, write_ensemble
 
 pytestmark = pytest.mark.django_db
 

@@ -33,12 +33,12 @@ from engine.serving.lifecycle import ModelManager
 from engine.settings import SequenceLimits
 from engine.types import current_caller
 from tests.engine.frontend.server_process import free_port, running_server
-from tests.engine.test_lifecycle import (  # noqa: F401 - the autouse fixture resets the registered backend
+from tests.engine.schedulers.test_sequences_and_ordering import sequence_request
+from tests.engine.serving.test_lifecycle import (  # noqa: F401 - the autouse fixture resets the registered backend
     make_config,
     reset_backend,
     version_dir,
 )
-from tests.engine.test_sequences_and_ordering import sequence_request
 
 HOUR_US = 3600 * 10**6
 BACKLOG = 40

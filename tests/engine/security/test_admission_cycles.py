@@ -15,8 +15,8 @@ from engine.serving import admission
 from engine.serving.server import InferenceServer
 from engine.settings import EngineSettings
 from engine.types import InferenceRequest
+from tests.engine.ensembles.test_ensembles import step, write_ensemble
 from tests.engine.model_factory import make_simple_onnx
-from tests.engine.test_ensembles import step, write_ensemble
 
 PASS = [step("simple", {"INPUT0": "X", "INPUT1": "X"}, {"OUTPUT0": "Y"})]
 

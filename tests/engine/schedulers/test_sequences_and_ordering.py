@@ -12,7 +12,7 @@ from engine.config.model_config import DynamicBatching, InstanceGroup, SequenceB
 from engine.errors import InvalidArgument
 from engine.serving.lifecycle import ModelManager
 from engine.types import InferenceRequest
-from tests.engine.test_lifecycle import (  # noqa: F401 - the autouse fixture resets the registered backend
+from tests.engine.serving.test_lifecycle import (  # noqa: F401 - the autouse fixture resets the registered backend
     ScaleBackend,
     make_config,
     reset_backend,

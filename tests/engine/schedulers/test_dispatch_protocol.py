@@ -98,7 +98,7 @@ def test_it_rechecks_an_ensemble_against_its_composing_models():
 
 
 def test_it_leaves_lifecycle_without_isinstance_on_dispatchers():
-    source = (Path(__file__).parents[2] / "engine" / "serving" / "lifecycle.py").read_text()
+    source = (Path(__file__).parents[3] / "engine" / "serving" / "lifecycle.py").read_text()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "isinstance":
             assert "Dispatcher" not in ast.unparse(node.args[1]), ast.unparse(node)

@@ -23,7 +23,7 @@ from engine.traffic.policies import TrafficPolicy, check_policy
 from engine.types import InferenceRequest
 from tests.engine.frontend.asgi_client import call
 from tests.engine.model_factory import make_python_model, python_config
-from tests.engine.test_traffic import ALL_VERSIONS, IN_PROCESS, SCALE
+from tests.engine.traffic.test_traffic import ALL_VERSIONS, IN_PROCESS, SCALE
 
 
 @pytest.fixture

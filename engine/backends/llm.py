@@ -19,6 +19,12 @@ temperature and penalties, vLLM's default). Config parameters `openai_text_input
 `openai_messages_input` and `openai_logprobs_output` name those tensors for the OpenAI front end, which also
 tokenizes and detokenizes with the model's tokenizer (`tokenize`, `detokenize`, `token_strings`).
 
+Structured outputs (vLLM's `structured_outputs`: {"json": a schema, "strict"?} | {"json_object": true} |
+{"regex": ...} | {"choice": [...]} | {"grammar": EBNF}) come in `sampling_parameters` or as a request parameter (an
+object, or its JSON text from generate); the grammar is compiled on the instance's worker thread (cached by tokenizer
+and spec, engine/llm/structured.py) and the engine holds the answer to it; one it cannot compile is a 400 naming
+`structured_outputs` and the library's reason. `compile_structured` lets the OpenAI front end check one first.
+
 Config parameters of the engine: `max_model_len` (prompt + output tokens; default the model's
 max_position_embeddings capped at 2048), `max_num_seqs` (32), `max_num_batched_tokens` (512), `kv_block_size` (16),
 `kv_num_blocks` or else `kv_cache_memory_mb` (256), `dtype` (float32, bfloat16, float16), `enable_prefix_caching`
@@ -47,6 +53,7 @@ from engine.types import InferenceRequest
 TEXT_INPUT = "text_input"
 MESSAGES_INPUT = "messages"
 SCALARS = {"max_tokens": int, "temperature": float, "top_p": float, "seed": int}
+STRUCTURED_OUTPUTS = "structured_outputs"
 
 DEFAULT_INPUTS = [
     TensorConfig(TEXT_INPUT, "TYPE_STRING", [1], optional=True),
@@ -201,6 +208,8 @@ class LLMBackend(Backend):
             array = request.inputs.get(name)
             if array is not None and array.size:
                 options[name] = cast(np.asarray(array).reshape(-1)[0].item())
+        structured = options.pop(STRUCTURED_OUTPUTS, request.parameters.get(STRUCTURED_OUTPUTS))
+        grammar = self.compile_structured(structured) if structured is not None else None
         options = {k: _number(v) for k, v in options.items()}
         stop = options.pop("stop", None) or []
         if isinstance(stop, str):
@@ -223,7 +232,17 @@ class LLMBackend(Backend):
         per_token = bool(streamed is not None and streamed.size and np.asarray(streamed).reshape(-1)[0])
         describe = functools.partial(logprob_entry, self.tokenizer) if params.logprobs is not None else None
         sink = ResponseSink(request.stream, per_token, describe)
-        return GenerationRequest(prompt, params, sink, stop=stop, priority=self._priority(request.priority))
+        return GenerationRequest(
+            prompt, params, sink, stop=stop, priority=self._priority(request.priority), grammar=grammar
+        )
+
+    def compile_structured(self, value: object) -> Any:
+        """The compiled grammar of a `structured_outputs` value for this model's tokenizer (cached); an
+        InvalidArgument naming the field and the grammar library's reason. Slow the first time: a worker thread's."""
+        from engine.llm.structured import StructuredOutput, compile_grammar
+
+        spec = StructuredOutput.from_options(value)
+        return compile_grammar(self.tokenizer, self.runner.shape.vocab_size, spec)
 
     def _priority(self, given: int) -> int:
         """Triton's priority (1 the highest, 0 the model's default level) as the scheduler's (lower value first)."""

@@ -8,6 +8,12 @@ match), the token's logprobs when the request asks for them, and on the last one
 counts. A cancel (`cancel`, the client went away) aborts
 the sequence between steps: its blocks are freed at once and its sink gets a final update ("abort").
 
+A request with a compiled grammar (`grammar`, engine/llm/structured.py) gets a matcher of its own: each step the
+tokens its grammar forbids are masked in its row of the logits (every constrained row of the batch in one call,
+the others untouched) before sampling, the matcher takes the sampled token, and the answer ends "stop" when the
+grammar terminates. A preempted sequence keeps its matcher (its tokens are kept too); one that missed tokens is
+rebuilt by replaying them.
+
 A failure of the model (its forward raises, memory runs out, the loop's own bookkeeping breaks) is reported first
 (`on_failure`: the backend turns its version UNAVAILABLE with the reason), then every request of this engine ends
 with `EngineFailed` (a 500 naming the model and the failure: those of the failing step, those running, waiting or
@@ -35,6 +41,7 @@ from engine.llm.metrics import LLMMetrics, RequestTimings
 from engine.llm.model_runner import ModelRunner
 from engine.llm.sampling import SampledToken, SamplingParams, SamplingRow, make_generator, sample
 from engine.llm.scheduler import LLMScheduler, LLMSequence, SequenceOutput
+from engine.llm.structured import GrammarState, mask_logits
 from engine.llm.text import IncrementalText, StopMatcher
 
 logger = logging.getLogger(__name__)
@@ -74,6 +81,7 @@ class GenerationRequest:
     sink: Callable[[GenerationUpdate], None]
     stop: Sequence[str] = ()
     priority: int = 0
+    grammar: Any = None  # a compiled grammar (engine/llm/structured.py) the answer follows; None: free text
     request_id: Hashable = None  # set by `submit`
     arrival: float | None = None  # set by `submit`, on the engine's clock
 
@@ -86,6 +94,7 @@ class _Live:
     stops: StopMatcher
     generator: torch.Generator | None
     scheduled: bool = False  # its queue time is recorded
+    grammar: GrammarState | None = None  # its matcher, when its answer follows a grammar
 
 
 class LLMEngine:
@@ -217,6 +226,9 @@ class LLMEngine:
             StopMatcher(request.stop),
             make_generator(params, self.runner.device),
         )
+        if request.grammar is not None:
+            stops = ([] if self.eos_token_id is None else [self.eos_token_id]) + sorted(seq.stop_token_ids)
+            live.grammar = GrammarState(request.grammar, stops)
         self._live[request.request_id] = live
 
     def _abort(self, request_id: Hashable) -> None:
@@ -237,6 +249,7 @@ class LLMEngine:
                     self._wake.wait(EMPTY_PLAN_WAIT_S)
             return
         seq_ids, logits = self.runner.execute(plan)  # a failure here ends the engine (see _run)
+        self._constrain(seq_ids, logits)
         rows = [self._row(seq_id) for seq_id in seq_ids]
         tokens = sample(logits, rows)
         self.steps += 1
@@ -254,6 +267,16 @@ class LLMEngine:
                 live.scheduled = True
                 self.timings.scheduled(now - live.seq.arrival)
 
+    def _constrain(self, seq_ids: Sequence[Hashable], logits: torch.Tensor) -> None:
+        """Mask the tokens each constrained row's grammar forbids, all such rows at once."""
+        states: dict[int, GrammarState] = {}
+        for row, seq_id in enumerate(seq_ids):
+            grammar = self._live[seq_id].grammar
+            if grammar is not None:
+                grammar.sync(self._live[seq_id].seq.output_token_ids)
+                states[row] = grammar
+        mask_logits(logits, states)
+
     def _row(self, seq_id: Hashable) -> SamplingRow:
         live = self._live[seq_id]
         return SamplingRow(live.request.params, live.seq.prompt_token_ids, live.seq.output_token_ids, live.generator)
@@ -263,24 +286,40 @@ class LLMEngine:
         if live is None:
             return
         logprobs = (token,) if token is not None and token.logprob is not None else ()
-        ended_by_token = output.finish_reason is not None and output.token_id in (
-            {self.eos_token_id} | live.seq.stop_token_ids
+        completed = False  # the grammar took its stop token
+        if live.grammar is not None:
+            if not live.grammar.accept(output.token_id):
+                self._refuse(live, f"token {output.token_id} does not follow the answer's grammar")
+                return
+            completed = live.grammar.terminated
+        ended_by_token = completed or (
+            output.finish_reason is not None and output.token_id in ({self.eos_token_id} | live.seq.stop_token_ids)
         )
         piece = "" if ended_by_token else live.text.feed(output.token_id)
-        if output.finish_reason is not None:
+        if output.finish_reason is not None or completed:
             piece += live.text.flush()
-        piece, stopped = live.stops.feed(piece)
+        piece, cut = live.stops.feed(piece)
+        stopped = cut or completed
         reason = output.finish_reason.value if output.finish_reason is not None else None
-        if stopped and reason is None:
+        if stopped and (reason is None or completed):
+            if reason is None:
+                self.scheduler.abort(output.seq_id, self.clock())
             reason = "stop"
-            self.scheduler.abort(output.seq_id, self.clock())
         if reason is None:
             _deliver(live.request, GenerationUpdate((output.token_id,), piece, logprobs=logprobs))
             return
-        if not stopped:
+        if not cut:
             piece += live.stops.rest()
         del self._live[output.seq_id]
         _deliver(live.request, self._final(live, (output.token_id,), piece, reason, logprobs))
+
+    def _refuse(self, live: _Live, reason: str) -> None:
+        """End one request with an error (its grammar and its tokens disagree); the others go on."""
+        del self._live[live.seq.seq_id]
+        if self.scheduler.get(live.seq.seq_id) is not None:
+            self.scheduler.abort(live.seq.seq_id, self.clock())
+        self.timings.finished("abort", self.clock() - live.seq.arrival)
+        _deliver(live.request, GenerationUpdate(finished=True, error=BackendError(f"model '{self.name}': {reason}")))
 
     def _final(
         self, live: _Live, token_ids: tuple[int, ...], text: str, reason: str, logprobs: tuple[SampledToken, ...] = ()

@@ -75,6 +75,7 @@ from engine.settings import (
     SettingError,
     parse_bool,
     read_engine_settings,
+    read_header_rules,
     read_text,
     read_trace_start_up,
 )
@@ -130,6 +131,7 @@ __all__ = [
     "SettingError",
     "parse_bool",
     "read_engine_settings",
+    "read_header_rules",
     "read_text",
     "read_trace_start_up",
     # analysis

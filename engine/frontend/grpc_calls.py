@@ -45,6 +45,7 @@ class Call:
     principal: Principal
     peer: str = ""  # the client's address without its port
     recheck: Callable[[], Awaitable[Principal]] | None = None  # None: nothing to revoke (no token)
+    forwarded: dict[str, str] | None = None  # metadata forwarded as request parameters (header_rules.py)
 
 
 # a method's full path -> how to bind its handler to the principal found on the call's metadata

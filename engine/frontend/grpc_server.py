@@ -33,6 +33,7 @@ from engine.frontend.caller_limits import CallerLimits, caller_key
 from engine.frontend.grpc_calls import Binder, Call, CallGate, parsed, parsed_stream, peer_host, refusal, status_code
 from engine.frontend.grpc_health_service import HEALTH_METHODS, HEALTH_SERVICE, HealthService
 from engine.frontend.grpc_management import ManagementCalls
+from engine.frontend.header_rules import GRPC_REFUSAL, HeaderCheck
 from engine.frontend.repository_load import RepositoryControl
 from engine.frontend.routes import parse_version
 from engine.proto import grpc_messages as messages
@@ -61,6 +62,7 @@ DECODE_ON_LOOP_BYTES = 256 * 1024
 REFLECTION_SERVICES = ("grpc.reflection.v1alpha.ServerReflection", "grpc.reflection.v1.ServerReflection")
 # the server's own probes, as /v2/health/*; a model's readiness needs a token where /v2/models/<m>/ready does
 OPEN_METHODS = frozenset({"ServerLive", "ServerReady"})
+INFERENCE_METHODS = frozenset({"ModelInfer", "ModelStreamInfer"})  # their metadata may be forwarded as parameters
 COMPRESSION = {
     "none": grpc.Compression.NoCompression,
     "gzip": grpc.Compression.Gzip,
@@ -91,6 +93,7 @@ class GrpcFrontEnd(ManagementCalls):
         self._grpc: grpc.aio.Server | None = None
         self.caller_limits = CallerLimits(server.settings.max_concurrent_per_caller)
         self.health = HealthService(server, settings)
+        self.headers = HeaderCheck(server.settings.grpc_headers, GRPC_REFUSAL)
 
     # ---- life
 
@@ -141,15 +144,21 @@ class GrpcFrontEnd(ManagementCalls):
         return binders
 
     def _binder(self, name: str, bind: Callable[[Call], grpc.RpcMethodHandler]) -> Binder:
+        forwards = name in INFERENCE_METHODS and self.headers.pattern is not None
+
         async def binder(metadata: Sequence[tuple[str, Any]]) -> grpc.RpcMethodHandler:
+            if self.headers.required and (refused := self.headers.refusal(name, metadata)):
+                return refusal(grpc.StatusCode.UNAVAILABLE, refused)  # Triton's restricted protocol: first
             try:
                 principal = await self._principal(name, metadata)
+                forwarded = self.headers.forwarded(metadata) if forwards else None
             except InferaError as exc:
                 return refusal(status_code(exc), exc.message)
             recheck = None
             if principal is not None and principal.token_id is not None and self.authenticate is not None:
                 recheck = functools.partial(self._authenticated, metadata)
-            return bind(Call(principal, recheck=recheck))  # type: ignore[arg-type] - None only for health
+            # principal None only for health
+            return bind(Call(principal, recheck=recheck, forwarded=forwarded))  # type: ignore[arg-type]
 
         return binder
 
@@ -253,7 +262,8 @@ class GrpcFrontEnd(ManagementCalls):
     # ---- inference
 
     async def rpc_ModelInfer(self, request: Any, call: Call, response: type) -> Any:  # noqa: N802
-        return await self._infer(request, call.principal)
+        decoded = await self._decoded(request, call.principal, call.forwarded)
+        return await self._infer(request, call.principal, decoded)
 
     async def _infer(self, message: Any, principal: Principal, decoded: Decoded | None = None) -> Any:
         route, request, started = decoded if decoded is not None else await self._decoded(message, principal)
@@ -281,9 +291,10 @@ class GrpcFrontEnd(ManagementCalls):
             await self.server.tracer.finish(trace)
         return answer
 
-    async def _decoded(self, message: Any, principal: Principal) -> Decoded:
+    async def _decoded(self, message: Any, principal: Principal, forwarded: dict[str, str] | None = None) -> Decoded:
         """The request a message carries, routed once (by its parameters) and checked against its version's config
-        (large ones off the loop); shared memory it names is looked up among the caller's own regions."""
+        (large ones off the loop); shared memory it names is looked up among the caller's own regions; metadata
+        forwarded as parameters added after its own."""
         started = time.monotonic_ns()
         version = parse_version(message.model_version)
         parameters = parameters_of(message.parameters) if message.parameters else None
@@ -307,6 +318,8 @@ class GrpcFrontEnd(ManagementCalls):
             served.stats.record_failure(0, protocol="grpc")  # refused before queueing: a failed request (as Triton)
             raise
         request.protocol = "grpc"
+        if forwarded:
+            request.parameters.update(forwarded)  # after the message's own, as Triton adds them
         return route, request, started
 
     async def _stream(
@@ -368,7 +381,7 @@ class GrpcFrontEnd(ManagementCalls):
 
         async def answer(message: Any, caller: Hashable) -> None:
             try:
-                decoded = await self._decoded(message, call.principal)
+                decoded = await self._decoded(message, call.principal, call.forwarded)
                 if decoded[0].served.config.decoupled:
                     await self._stream(message, call.principal, decoded, queue.put, open_streams)
                 else:

@@ -53,6 +53,7 @@ class Incoming:
     scope: Any = None
     principal: Principal = ANONYMOUS
     method: str = "GET"
+    forwarded: dict[str, str] | None = None  # headers forwarded as request parameters (header_rules.py)
 
 
 @dataclass(slots=True)
@@ -196,6 +197,8 @@ async def infer(server: InferenceServer, incoming: Incoming) -> Reply:
     except InferaError:
         routing.refused()
         raise
+    if incoming.forwarded:
+        request.parameters.update(incoming.forwarded)  # after the body's own, as Triton adds them
     chosen: VersionRoute = routing.route  # a decoded request has been routed
     served = chosen.served
     trace = request.trace = server.tracer.start(route.model, served.version)

@@ -12,6 +12,7 @@ from engine.frontend.caller_limits import CallerLimits, caller_key
 from engine.frontend.cross_site import check_repository_content_type, check_same_origin
 from engine.frontend.generate import StreamReply
 from engine.frontend.handlers import ASYNC_HANDLERS, SYNC_HANDLERS, Incoming, Reply, RepositoryControl, infer
+from engine.frontend.header_rules import HTTP_REFUSAL, HeaderCheck
 from engine.frontend.lifespan import ServiceLifespan
 from engine.frontend.routes import DIRECT_ENDPOINTS, HEALTH_ENDPOINTS, REPOSITORY_CHANGES, Route, resolve
 from engine.protocol import error_body
@@ -67,6 +68,7 @@ class V2App:
         if code:
             log.warning(OPEN_CODE_WARNING)
         self.caller_limits = CallerLimits(server.settings.max_concurrent_per_caller)
+        self.headers = HeaderCheck(server.settings.http_headers, HTTP_REFUSAL)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -107,6 +109,8 @@ class V2App:
             if route is None:
                 return Reply(404, error_body("Not Found"))
         method = scope["method"]
+        if self.headers.required and (refused := self.headers.refusal(route.endpoint, scope["headers"])):
+            return Reply(403, error_body(refused))  # Triton's restricted API: before the method, the credential
         if method != route.method and not route.allows(method):
             allowed = route.method.replace(",", " or ")
             reply = Reply(405, error_body(f"method {method} is not allowed; use {allowed}"))
@@ -123,6 +127,8 @@ class V2App:
                 method=method,
             )
             declared, from_browser = _read_headers(scope, incoming)
+            if route.endpoint == "infer" and self.headers.pattern is not None:
+                incoming.forwarded = self.headers.forwarded(scope["headers"])
             if method == "POST" and from_browser:  # Triton's clients send neither Origin nor Sec-Fetch-Site
                 check_same_origin(scope, self.trusted_origins)
             if self.authenticate is not None and route.endpoint not in HEALTH_ENDPOINTS:

@@ -90,6 +90,12 @@ def run_workers(host: str, port: int, count: int, infera: InferaSettings, option
     command += ["--access-log-format", infera.access_log_format, "--access-log-sample", str(infera.access_log_sample)]
     for entry in options.get("trace_config") or []:
         command += ["--trace-config", entry]
+    for flag in ("http-restricted-api", "grpc-restricted-protocol"):  # as given: the workers check them again
+        for entry in options.get(flag.replace("-", "_")) or []:
+            command += [f"--{flag}", entry]
+    for protocol in ("http", "grpc"):
+        if (pattern := options.get(f"{protocol}_header_forward_pattern")) is not None:
+            command += [f"--{protocol}-header-forward-pattern", pattern]
     return WorkerSupervisor(command, count, infera.replica_name).run()
 
 

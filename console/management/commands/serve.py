@@ -23,7 +23,7 @@ from console.env import env_int, env_str
 from console.hosting.startup import MigrationsMissing, start_up_lock, wait_for_migrations
 from console.hosting.workers import die_with_supervisor, run_workers
 from console.peers.identity import ProcessIdentity
-from engine.api import SettingError, read_trace_start_up
+from engine.api import SettingError, read_header_rules, read_trace_start_up
 
 
 class Command(BaseCommand):
@@ -79,6 +79,27 @@ class Command(BaseCommand):
             help="a trace setting at start-up as Triton takes it, e.g. level=TIMESTAMPS rate=1 triton,file=trace.json "
             "(repeatable; in place of $INFERA_TRACE_CONFIG)",
         )
+        for protocol, flag, what in (
+            ("http", "http-restricted-api", "api"),
+            ("grpc", "grpc-restricted-protocol", "protocol"),
+        ):
+            parser.add_argument(
+                f"--{flag}",
+                action="append",
+                default=None,
+                metavar="CATEGORIES:HEADER=VALUE",
+                help=f"Triton's restricted {what}s: requests of these categories (comma-separated: health, metadata, "
+                "inference, shared-memory, model-config, model-repository, statistics, trace, logging) need the "
+                f"header with this value, besides their token (repeatable; in place of ${flag_variable(flag)})",
+            )
+            forward = f"{protocol}-header-forward-pattern"
+            parser.add_argument(
+                f"--{forward}",
+                default=None,
+                metavar="REGEX",
+                help=f"{protocol.upper()} headers whose names match become parameters of inference requests "
+                f"(never authorization, cookie or a restricted header; in place of ${flag_variable(forward)})",
+            )
 
     def handle(self, *args: Any, **options: Any) -> None:
         host = options["host"] or env_str("HOST") or "127.0.0.1"
@@ -95,6 +116,10 @@ class Command(BaseCommand):
                 infera = infera.replace(trace_start_up=read_trace_start_up(os.environ, options["trace_config"]))
             except SettingError as exc:
                 raise CommandError(str(exc)) from None
+        try:
+            infera = infera.replace(**header_rules(options))
+        except SettingError as exc:
+            raise CommandError(str(exc)) from None
         if options["access_log_format"] is not None:
             infera = infera.replace(access_log_format=options["access_log_format"])
         sample = options["access_log_sample"]
@@ -187,6 +212,20 @@ class Command(BaseCommand):
             )
         else:
             self.stdout.write(f"Created the user '{created.username}' with the password INFERA_ADMIN_PASSWORD.")
+
+
+def flag_variable(flag: str) -> str:
+    return "INFERA_" + flag.upper().replace("-", "_")
+
+
+def header_rules(options: dict[str, Any]) -> dict[str, Any]:
+    """The engine's header rules the flags set (each in place of its variable), as InferaSettings.replace takes them."""
+    changes = {}
+    for protocol, restricted in (("http", "http_restricted_api"), ("grpc", "grpc_restricted_protocol")):
+        pattern = options.get(f"{protocol}_header_forward_pattern")
+        if options.get(restricted) is not None or pattern is not None:
+            changes[f"{protocol}_headers"] = read_header_rules(os.environ, protocol, options.get(restricted), pattern)
+    return changes
 
 
 def shown_address(host: str, port: int) -> str:

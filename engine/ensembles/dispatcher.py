@@ -10,6 +10,12 @@ with a decoupled step is decoupled itself, as Triton sets its transaction policy
 generate_stream and gRPC streams serve it. `StreamedEnsemble` runs one such request as scopes: the request's own
 (label 0), then one scope per response of each decoupled step, holding that response's tensors and running the
 steps of its label.
+
+As in Triton's ensemble scheduler, a request that names its outputs runs only the steps those outputs need
+(`EnsemblePlan.steps_for`); an output a step's model leaves out is no error: the steps it feeds run without that
+input (theirs to refuse if they need it) and the answer leaves it out (a partial result). Each streamed response
+carries the sequence parameters of the request the steps ran for (`sequence_id`, `sequence_start`,
+`sequence_end`), as Triton adds them to an ensemble's responses.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from collections.abc import Awaitable, Callable
 import numpy as np
 
 from engine.ensembles.plan import ConfigOf, EnsemblePlan, EnsembleStep, Labels
-from engine.errors import BackendError, InferaError, InvalidArgument
+from engine.errors import InferaError, InvalidArgument
 from engine.schedulers.dispatcher import Dispatcher
 from engine.serving.stats import ModelStats
 from engine.serving.streams import ResponseStream, StreamClosed, StreamStats, StreamTimes
@@ -31,14 +37,30 @@ from engine.types import InferenceRequest, InferenceResponse
 
 Infer = Callable[[InferenceRequest], Awaitable[InferenceResponse]]
 InferStream = Callable[[InferenceRequest], Awaitable[ResponseStream]]
-StepRunner = Callable[[EnsembleStep, InferenceRequest, dict[str, np.ndarray]], Awaitable[dict[str, np.ndarray]]]
+# an ensemble's tensors by name; None: a step's model left that output out (Triton's placeholder for it)
+Tensors = dict[str, np.ndarray | None]
+StepRunner = Callable[[EnsembleStep, InferenceRequest, Tensors], Awaitable[dict[str, np.ndarray]]]
 
 
-def _collect(step: EnsembleStep, outputs: dict[str, np.ndarray], tensors: dict[str, np.ndarray]) -> None:
-    """A step's outputs under their ensemble names (a decoupled step's go to scopes of their own instead)."""
+def _collect(step: EnsembleStep, outputs: dict[str, np.ndarray], tensors: Tensors) -> None:
+    """A step's outputs under their ensemble names, None for one its model left out (a decoupled step's go to
+    scopes of their own instead, and none of this scope's steps reads them)."""
     for model_output, tensor in step.output_map.items():
-        if model_output in outputs:
-            tensors[tensor] = outputs[model_output]
+        tensors[tensor] = outputs.get(model_output)
+
+
+def requested_names(plan: EnsemblePlan, request: InferenceRequest) -> list[str]:
+    """The ensemble outputs a request asked for, in config order (all of them when it named none)."""
+    names = [output.name for output in plan.config.output]
+    if not request.requested_outputs:
+        return names
+    asked = {output.name for output in request.requested_outputs}
+    return [name for name in names if name in asked]
+
+
+def answered(names: list[str], tensors: Tensors) -> dict[str, np.ndarray]:
+    """The outputs to answer with: those asked for that the steps made (one a model left out is left out)."""
+    return {name: array for name in names if (array := tensors.get(name)) is not None}
 
 
 class EnsembleDispatcher(Dispatcher):
@@ -94,12 +116,13 @@ class EnsembleDispatcher(Dispatcher):
             task.add_done_callback(self._streaming.discard)
             return InferenceResponse(model_name=self.name, model_version=self.version, outputs={}, id=request.id)
         started = time.monotonic_ns()
+        names = requested_names(self.plan, request)
         try:
-            tensors = await self.run_steps(request, dict(request.inputs), self.plan.steps, self.call_step)
+            tensors = await self.run_steps(request, dict(request.inputs), self.plan.steps_for(names), self.call_step)
         except InferaError:
             self.stats.record_failure(time.monotonic_ns() - started, request.protocol)
             raise
-        outputs = {t.name: tensors[t.name] for t in self.plan.config.output}
+        outputs = answered(names, tensors)
         done = time.monotonic_ns()
         self.stats.record_success(done - started, 0, done, request.protocol)
         self.stats.inference_count += request.batch_size
@@ -109,10 +132,10 @@ class EnsembleDispatcher(Dispatcher):
     async def run_steps(
         self,
         request: InferenceRequest,
-        tensors: dict[str, np.ndarray],
+        tensors: Tensors,
         steps: list[EnsembleStep],
         run_step: StepRunner,
-    ) -> dict[str, np.ndarray]:
+    ) -> Tensors:
         """Run `steps`, each once its inputs are in `tensors` (which collects their outputs), branches at once."""
         waiting = list(steps)
         running: dict[asyncio.Task, EnsembleStep] = {}
@@ -141,42 +164,37 @@ class EnsembleDispatcher(Dispatcher):
                 task.cancel()
         return tensors
 
-    def step_request(
-        self, step: EnsembleStep, request: InferenceRequest, tensors: dict[str, np.ndarray]
-    ) -> InferenceRequest:
-        """The ordinary request a step makes to its model."""
+    def step_request(self, step: EnsembleStep, request: InferenceRequest, tensors: Tensors) -> InferenceRequest:
+        """The ordinary request a step makes to its model (without an input a model before it left out), with the
+        ensemble request's sequence, as Triton's steps carry its correlation id and flags."""
+        inputs = {model_input: tensors[tensor] for model_input, tensor in step.input_map.items()}
         return InferenceRequest(
             model_name=step.model_name,
-            inputs={model_input: tensors[tensor] for model_input, tensor in step.input_map.items()},
+            inputs={name: array for name, array in inputs.items() if array is not None},
             model_version=step.model_version if step.model_version > 0 else None,
             id=request.id,
             parameters=dict(request.parameters),
             priority=request.priority,
             timeout_us=request.timeout_us,
             batch_size=request.batch_size,
+            sequence_id=request.sequence_id,
+            sequence_start=request.sequence_start,
+            sequence_end=request.sequence_end,
             protocol="ensemble",
         )
 
-    async def call_step(
-        self, step: EnsembleStep, request: InferenceRequest, tensors: dict[str, np.ndarray]
-    ) -> dict[str, np.ndarray]:
+    async def call_step(self, step: EnsembleStep, request: InferenceRequest, tensors: Tensors) -> dict[str, np.ndarray]:
         began = time.monotonic()
         try:
             response = await self.infer(self.step_request(step, request, tensors))
         except InferaError as exc:
             raise self.step_error(step, exc) from None
         self._remember(step.index, began, time.monotonic())
-        self.check_outputs(step, response.outputs)
         return response.outputs
 
     def step_error(self, step: EnsembleStep, exc: InferaError) -> InferaError:
         """`exc` as the ensemble's error, naming the step."""
         return type(exc)(f"in ensemble '{self.name}', {step.label}: {exc.message}")
-
-    def check_outputs(self, step: EnsembleStep, outputs: dict[str, np.ndarray]) -> None:
-        missing = [name for name in step.output_map if name not in outputs]
-        if missing:
-            raise BackendError(f"in ensemble '{self.name}', {step.label}: the model gave no output '{missing[0]}'")
 
     def _remember(self, index: int, began: float, ended: float) -> None:
         self.step_seconds.append((index, began, ended))
@@ -193,6 +211,14 @@ class StreamedEnsemble:
         self.request = request
         self.stream: ResponseStream = request.stream
         self.labels = labels
+        self.names = requested_names(dispatcher.plan, request)
+        self.steps = dispatcher.plan.steps_for(self.names)
+        # Triton's ensemble responses: the sequence of the request the steps ran for
+        self.sequence = {
+            "sequence_id": request.sequence_id,
+            "sequence_start": request.sequence_start,
+            "sequence_end": request.sequence_end,
+        }
         self.scopes: set[asyncio.Task] = set()  # the scopes the decoupled steps' responses started
         self.inner: list[ResponseStream] = []  # the decoupled steps' own streams, cancelled with this one
 
@@ -231,17 +257,15 @@ class StreamedEnsemble:
         if stats.streams is not None:
             stats.streams.closed(times)
 
-    async def _scope(self, label: int, tensors: dict[str, np.ndarray]) -> None:
-        """Run the steps of `label` on `tensors`; answer when they hold the ensemble's outputs."""
-        plan = self.dispatcher.plan
-        steps = [step for step in plan.steps if self.labels.of_step[step.index] == label]
+    async def _scope(self, label: int, tensors: Tensors) -> None:
+        """Run the steps of `label` (those the requested outputs need) on `tensors`; answer when they hold the
+        ensemble's outputs."""
+        steps = [step for step in self.steps if self.labels.of_step[step.index] == label]
         await self.dispatcher.run_steps(self.request, tensors, steps, self._run_step)
         if label == self.labels.outputs and not self.stream.cancelled.is_set():
-            self.stream.send({output.name: tensors[output.name] for output in plan.config.output})
+            self.stream.send(answered(self.names, tensors), parameters=self.sequence)
 
-    async def _run_step(
-        self, step: EnsembleStep, request: InferenceRequest, tensors: dict[str, np.ndarray]
-    ) -> dict[str, np.ndarray]:
+    async def _run_step(self, step: EnsembleStep, request: InferenceRequest, tensors: Tensors) -> dict[str, np.ndarray]:
         made = self.labels.made_by.get(step.index)
         if made is None:
             return await self.dispatcher.call_step(step, request, tensors)
@@ -260,8 +284,7 @@ class StreamedEnsemble:
             if response.empty:
                 continue
             outputs = response.outputs or {}
-            dispatcher.check_outputs(step, outputs)
-            scope = {tensor: outputs[model_output] for model_output, tensor in step.output_map.items()}
+            scope = {tensor: outputs.get(model_output) for model_output, tensor in step.output_map.items()}
             self.scopes.add(asyncio.ensure_future(self._scope(made, scope)))
         return {}
 

@@ -83,6 +83,24 @@ class EnsemblePlan:
             if output.name not in self.producer:
                 raise InvalidArgument(f"{prefix}: ensemble output '{output.name}' is produced by no step")
         self.order = self._order(prefix)
+        self._needed: dict[frozenset[str], list[EnsembleStep]] = {}  # steps_for, by the outputs asked for
+
+    def steps_for(self, outputs: Iterable[str]) -> list[EnsembleStep]:
+        """The steps that `outputs` need, in step order: Triton prunes an ensemble to the steps whose outputs a
+        requested output depends on (core's EnsembleContext), so a step no requested output needs never runs."""
+        wanted = frozenset(outputs)
+        found = self._needed.get(wanted)
+        if found is None:
+            needed = set(wanted)
+            kept: set[int] = set()
+            for step in reversed(self.order):
+                if needed.intersection(step.output_map.values()):
+                    kept.add(step.index)
+                    needed.update(step.input_map.values())
+            found = [step for step in self.steps if step.index in kept]
+            if len(self._needed) < 64:  # the subsets asked for most; any other is worked out again
+                self._needed[wanted] = found
+        return found
 
     def models(self) -> list[str]:
         """The composing models, in step order, once each."""

@@ -107,10 +107,18 @@ def _shape(name: str, dims: list[int], count: int) -> list[int]:
     return shape
 
 
-def response_object(model: str, version: int, request_id: str, outputs: dict[str, np.ndarray]) -> dict[str, Any]:
-    """One generate answer: id (when given), model_name, model_version, then each output by name."""
+def response_object(
+    model: str,
+    version: int,
+    request_id: str,
+    outputs: dict[str, np.ndarray],
+    parameters: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One generate answer: id (when given), model_name, model_version, the response's parameters (Triton puts
+    them beside the outputs: an ensemble's sequence_start, ...), then each output by name."""
     answer: dict[str, Any] = {"id": request_id} if request_id else {}
     answer |= {"model_name": model, "model_version": str(version)}
+    answer |= parameters or {}
     for name, array in outputs.items():
         values = [_json_value(item) for item in np.asarray(array).reshape(-1)]
         answer[name] = values[0] if len(values) == 1 else values
@@ -141,7 +149,9 @@ async def answer_once(stream: ResponseStream, model: str, request: InferenceRequ
             answered.append(response)
     if len(answered) != 1:
         raise BackendError(ONE_RESPONSE)
-    return orjson.dumps(response_object(model, stream.model_version, request.id, answered[0].outputs or {}))
+    return orjson.dumps(
+        response_object(model, stream.model_version, request.id, answered[0].outputs or {}, answered[0].parameters)
+    )
 
 
 async def stream_reply(stream: ResponseStream, model: str, request: InferenceRequest) -> StreamReply:
@@ -151,7 +161,8 @@ async def stream_reply(stream: ResponseStream, model: str, request: InferenceReq
     def event(response: StreamedResponse) -> bytes:
         if response.error is not None:
             return sse_event(error_object(response.error))
-        return sse_event(response_object(model, stream.model_version, request.id, response.outputs or {}))
+        answer = response_object(model, stream.model_version, request.id, response.outputs or {}, response.parameters)
+        return sse_event(answer)
 
     first = await anext(responses)
     while first.empty and not first.final:

@@ -345,7 +345,11 @@ class GrpcFrontEnd(ManagementCalls):
                 if response.empty and not empty_final:
                     continue
                 answered = InferenceResponse(
-                    message.model_name, stream.model_version, response.outputs or {}, id=request.id
+                    message.model_name,
+                    stream.model_version,
+                    response.outputs or {},
+                    id=request.id,
+                    parameters=response.parameters,
                 )
                 regions = self.server.shared_memory.of(principal)
                 answer = await regions.run(

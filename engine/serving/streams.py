@@ -13,7 +13,8 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -26,11 +27,13 @@ class StreamClosed(InferaError):
 
 @dataclass(slots=True)
 class StreamedResponse:
-    """One response of a stream: outputs, or an error; `final` on the last (which may carry neither)."""
+    """One response of a stream: outputs, or an error; `final` on the last (which may carry neither); `parameters`
+    are the response's own (an ensemble's sequence parameters)."""
 
     outputs: dict[str, np.ndarray] | None = None
     error: InferaError | None = None
     final: bool = False
+    parameters: dict[str, Any] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:
@@ -73,7 +76,12 @@ class ResponseStream:
         self._when_final: list[Callable[[StreamTimes], None]] = []
 
     def send(
-        self, outputs: dict[str, np.ndarray] | None = None, error: InferaError | None = None, *, final: bool = False
+        self,
+        outputs: dict[str, np.ndarray] | None = None,
+        error: InferaError | None = None,
+        *,
+        final: bool = False,
+        parameters: dict[str, Any] | None = None,
     ) -> None:
         """One response (outputs or an error), or a flags-only final; StreamClosed after the final one."""
         now = time.monotonic_ns()
@@ -91,7 +99,7 @@ class ResponseStream:
                 times.ended_ns = now
                 times.cancelled = self.cancelled.is_set()
                 times.failed = error is not None
-        self._on_loop(self._deliver, StreamedResponse(outputs, error, final))
+        self._on_loop(self._deliver, StreamedResponse(outputs, error, final, parameters or {}))
 
     def fail(self, error: InferaError) -> None:
         """End the stream with `error` unless it has ended already (the model failed or the version stopped)."""

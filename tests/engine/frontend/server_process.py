@@ -11,7 +11,9 @@ import textwrap
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tests.engine.model_factory import (
     make_mlp_onnx,
@@ -192,3 +194,23 @@ def running_server(kind: str, repo: Path, log_path: Path, extra_env: dict[str, s
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+@dataclass
+class Served:
+    """A server process's two front ends, as tritonclient addresses them (`host:port`)."""
+
+    http_url: str
+    grpc_url: str
+
+    def client(self, module: Any) -> Any:
+        """A client of tritonclient.http or tritonclient.grpc (`module`) for this server."""
+        return module.InferenceServerClient(self.grpc_url if module.__name__.endswith("grpc") else self.http_url)
+
+
+@contextmanager
+def running_with_grpc(repo: Path, log_path: Path, extra_env: dict[str, str] | None = None) -> Iterator[Served]:
+    """The standalone app under uvicorn with its gRPC front end on a free port of its own."""
+    grpc_port = free_port()
+    with running_server("uvicorn", repo, log_path, {**(extra_env or {}), "INFERA_GRPC_PORT": str(grpc_port)}) as url:
+        yield Served(url, f"127.0.0.1:{grpc_port}")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -13,15 +12,9 @@ from tritonclient.utils import InferenceServerException
 
 from console.demo.pipeline import digit_image, png_bytes, write_pipeline
 from console.demo.repository import DIGITS_CONFIG, digits_split, train_digits_onnx
-from tests.engine.frontend.server_process import free_port, running_server
+from tests.engine.frontend.server_process import Served, running_with_grpc
 
 pytestmark = pytest.mark.server
-
-
-@dataclass
-class Served:
-    http_url: str
-    grpc_url: str
 
 
 @pytest.fixture(scope="module")
@@ -31,10 +24,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     (repo / "digits" / "config.pbtxt").write_text(DIGITS_CONFIG)
     (repo / "digits" / "2" / "model.onnx").write_bytes(train_digits_onnx(2)[0])
     write_pipeline(repo)
-    grpc_port = free_port()
-    log = tmp_path_factory.mktemp("pipeline-logs") / "uvicorn.log"
-    with running_server("uvicorn", repo, log, extra_env={"INFERA_GRPC_PORT": str(grpc_port)}) as url:
-        yield Served(url, f"127.0.0.1:{grpc_port}")
+    with running_with_grpc(repo, tmp_path_factory.mktemp("pipeline-logs") / "uvicorn.log") as served:
+        yield served
 
 
 @pytest.fixture(scope="module")

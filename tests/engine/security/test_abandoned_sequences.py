@@ -15,7 +15,6 @@ import socket
 import time
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +31,7 @@ from engine.schedulers.sequence import SequenceBacklogFull, TooManySequences
 from engine.serving.lifecycle import ModelManager
 from engine.settings import SequenceLimits
 from engine.types import current_caller
-from tests.engine.frontend.server_process import free_port, running_server
+from tests.engine.frontend.server_process import Served, running_with_grpc
 from tests.engine.schedulers.test_sequences_and_ordering import sequence_request
 from tests.engine.serving.test_lifecycle import (  # noqa: F401 - the autouse fixture resets the registered backend
     make_config,
@@ -149,23 +148,15 @@ ONE_SLOT_CONFIG = (
 )
 
 
-@dataclass
-class Served:
-    http_url: str
-    grpc_url: str
-
-
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     repo = tmp_path_factory.mktemp("abandoned-repository")
     (repo / "one_slot" / "1").mkdir(parents=True)
     (repo / "one_slot" / "config.pbtxt").write_text(ONE_SLOT_CONFIG)
     (repo / "one_slot" / "1" / "model.onnx").write_bytes(accumulator_onnx_bytes())
-    grpc_port = free_port()
     log = tmp_path_factory.mktemp("abandoned-logs") / "uvicorn.log"
-    env = {"INFERA_GRPC_PORT": str(grpc_port), "INFERA_SEQUENCE_MAX_BACKLOG": str(BACKLOG)}
-    with running_server("uvicorn", repo, log, extra_env=env) as url:
-        yield Served(url, f"127.0.0.1:{grpc_port}")
+    with running_with_grpc(repo, log, {"INFERA_SEQUENCE_MAX_BACKLOG": str(BACKLOG)}) as served:
+        yield served
 
 
 def value(number: int, module=httpclient) -> list:
@@ -286,11 +277,9 @@ def two_per_caller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]
     )
     (repo / "eight_slots" / "config.pbtxt").write_text(config)
     (repo / "eight_slots" / "1" / "model.onnx").write_bytes(accumulator_onnx_bytes())
-    grpc_port = free_port()
     log = tmp_path_factory.mktemp("per-caller-logs") / "uvicorn.log"
-    env = {"INFERA_GRPC_PORT": str(grpc_port), "INFERA_SEQUENCE_MAX_PER_CALLER": "2"}
-    with running_server("uvicorn", repo, log, extra_env=env) as url:
-        yield Served(url, f"127.0.0.1:{grpc_port}")
+    with running_with_grpc(repo, log, {"INFERA_SEQUENCE_MAX_PER_CALLER": "2"}) as served:
+        yield served
 
 
 @pytest.mark.server

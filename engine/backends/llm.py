@@ -241,7 +241,7 @@ class LLMBackend(Backend):
         InvalidArgument naming the field and the grammar library's reason. Slow the first time: a worker thread's."""
         from engine.llm.structured import StructuredOutput, compile_grammar
 
-        spec = StructuredOutput.from_options(value)
+        spec = value if isinstance(value, StructuredOutput) else StructuredOutput.from_options(value)
         return compile_grammar(self.tokenizer, self.runner.shape.vocab_size, spec)
 
     def _priority(self, given: int) -> int:

@@ -18,7 +18,10 @@ side (openai_choices.py); streamed chunks carry their choice's index, and usage 
 choice's completion tokens. Logprobs (a completion's `logprobs: k`, a chat's `logprobs: true` and `top_logprobs:
 k`) are asked of a model whose config names an `openai_logprobs_output` (the llm backend computes them from its
 logits) and written in OpenAI's shapes (openai_logprobs.py); any other model answers 400 naming `logprobs`.
-POST /tokenize and /detokenize (vLLM's) use a model's own tokenizer (openai_tokens.py).
+POST /tokenize and /detokenize (vLLM's) use a model's own tokenizer (openai_tokens.py). `response_format`
+(json_object, json_schema) and vLLM's `structured_outputs` and `guided_*` fields hold the answer to a grammar
+(openai_structured.py): checked and compiled by the model's backend before any request starts, then sent to the model
+as `structured_outputs` with the sampling settings.
 
 The same API tokens as /v2 are checked (`Authorization: Bearer <key>`) on every path here, before the body is read; a
 body is at most INFERA_OPENAI_MAX_BODY_BYTES, and every field it carries is checked by type, range and length
@@ -39,7 +42,7 @@ import orjson
 
 from engine.errors import InferaError
 from engine.frontend import openai_fields as fields
-from engine.frontend import openai_tokens
+from engine.frontend import openai_structured, openai_tokens
 from engine.frontend.cross_site import check_same_origin
 from engine.frontend.generate import StreamReply
 from engine.frontend.handlers import Reply
@@ -141,6 +144,7 @@ class Completion:
             "seed": fields.integer(document, "seed", *fields.INT64),
         }
         self.stop = fields.stop_strings(document.get("stop"))
+        self.structured = openai_structured.requested(document)  # (the field that asked, its constraint) or None
         self.choices: list[Choice] = []
         self.id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         self.created = int(time.time())
@@ -162,6 +166,8 @@ class Completion:
             given["logprobs"] = self.logprobs
         if self.stop:
             given["stop"] = self.stop
+        if self.structured is not None:
+            given["structured_outputs"] = self.structured[1].as_options()
         for name, dtype in SAMPLING_INPUTS.items():
             if name in given and config.input_named(name) is not None:
                 inputs[name] = _tensor([given[name]], dtype, batched)
@@ -175,6 +181,8 @@ class Completion:
         """Start the n choices' requests on the route; a refusal cancels those already started."""
         config = self.served.config
         logprobs_output = config.parameters.get(LOGPROBS_OUTPUT) if self.logprobs is not None else None
+        if self.structured is not None:
+            await openai_structured.check(self.served, self.model, *self.structured)
         try:
             for index in range(self.n):
                 stream = await self.server.infer_stream(self.request(index), self.route)

@@ -31,11 +31,12 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from engine.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    import torch  # imported where it runs: the OpenAI front end checks specs here without loading torch
 
 FIELD = "structured_outputs"
 KINDS = ("json", "json_object", "regex", "choice", "grammar")
@@ -338,6 +339,7 @@ def mask_logits(logits: torch.Tensor, states: Mapping[int, GrammarState]) -> Non
     One batched fill of every constrained row's bitmask (C++ threads), then one masked write; other rows untouched."""
     if not states:
         return
+    import torch
     import xgrammar
 
     rows = sorted(states)
@@ -358,6 +360,8 @@ _BITS: dict[torch.device, torch.Tensor] = {}
 
 def _unpack(bitmask: torch.Tensor, vocab: int) -> torch.Tensor:
     """[rows, ceil(vocab / 32)] int32 words as [rows, vocab] booleans (bit j of word w: token 32 w + j)."""
+    import torch
+
     shifts = _BITS.get(bitmask.device)
     if shifts is None:
         shifts = _BITS[bitmask.device] = torch.arange(32, dtype=torch.int32, device=bitmask.device)

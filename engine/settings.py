@@ -145,12 +145,16 @@ class HttpSettings:
 
 @dataclass(frozen=True)
 class SharedMemoryLimits:
-    """How much system shared memory callers may register: regions per caller and in all, bytes per region and caller.
+    """Whether clients may register system shared memory, and how much: regions per caller and in all, bytes per
+    region and caller.
 
-    Nothing is mapped (inputs are copied with pread, outputs written with pwrite), so these bound descriptors, the
-    registry and the largest copy one request may ask for, not the address space.
+    Off by default, as in Triton since it added `--allow-client-shm` (`serve --allow-client-shm=true` or
+    INFERA_ALLOW_CLIENT_SHM=true turn it on). Nothing is mapped (inputs are copied with pread, outputs written with
+    pwrite), so the limits bound descriptors, the registry and the largest copy one request may ask for, not the
+    address space.
     """
 
+    allowed: bool = False  # INFERA_ALLOW_CLIENT_SHM: clients may register, unregister and use regions
     max_regions: int = 1024  # INFERA_SHM_MAX_REGIONS: registered regions, all callers together
     max_regions_per_caller: int = 64  # INFERA_SHM_MAX_REGIONS_PER_CALLER: one token, user, or the anonymous callers
     max_region_bytes: int = 4 << 30  # INFERA_SHM_MAX_REGION_MB: one region's byte_size
@@ -159,6 +163,7 @@ class SharedMemoryLimits:
 
 def read_shared_memory_limits(env: Mapping[str, str]) -> SharedMemoryLimits:
     return SharedMemoryLimits(
+        allowed=read_bool("INFERA_ALLOW_CLIENT_SHM", SharedMemoryLimits.allowed, env),
         max_regions=read_int("INFERA_SHM_MAX_REGIONS", SharedMemoryLimits.max_regions, env, minimum=1),
         max_regions_per_caller=read_int(
             "INFERA_SHM_MAX_REGIONS_PER_CALLER", SharedMemoryLimits.max_regions_per_caller, env, minimum=1

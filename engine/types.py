@@ -47,6 +47,7 @@ class InferenceRequest:
     protocol: str = "http"  # the front end it came through, for the statistics by protocol
     trace: Any = None  # an engine.monitoring.tracing.Trace when this request is traced
     stream: Any = None  # an engine.serving.streams.ResponseStream when the model is decoupled
+    caller: Hashable | None = None  # who sent it (current_caller when it reached its version); None: the engine
 
 
 @dataclass(slots=True, eq=False)

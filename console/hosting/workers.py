@@ -88,6 +88,7 @@ def run_workers(host: str, port: int, count: int, infera: InferaSettings, option
     if options["no_access_log"]:
         command.append("--no-access-log")
     command += ["--access-log-format", infera.access_log_format, "--access-log-sample", str(infera.access_log_sample)]
+    command += ["--allow-client-shm", str(infera.engine.shared_memory.allowed).lower()]
     for entry in options.get("trace_config") or []:
         command += ["--trace-config", entry]
     for flag in ("http-restricted-api", "grpc-restricted-protocol"):  # as given: the workers check them again

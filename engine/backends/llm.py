@@ -28,8 +28,11 @@ and spec, engine/llm/structured.py) and the engine holds the answer to it; one i
 Config parameters of the engine: `max_model_len` (prompt + output tokens; default the model's
 max_position_embeddings capped at 2048), `max_num_seqs` (32), `max_num_batched_tokens` (512), `kv_block_size` (16),
 `kv_num_blocks` or else `kv_cache_memory_mb` (256), `dtype` (float32, bfloat16, float16), `enable_prefix_caching`
-(true), `default_max_tokens` (64). A request's priority is Triton's (1 the highest; 0 takes the config's
-`dynamic_batching.default_priority_level`, else 0): the scheduler serves the lower value first.
+(true), `prefix_cache_scope` ("caller", the default: a prompt's cached prefix serves only the caller that computed
+it, its token, user or address, so no caller can time another's prompts; "shared": every caller's),
+`default_max_tokens` (64). A request's `cache_salt` (vLLM's: a parameter of generate, a field of /v1, or in
+`sampling_parameters`) separates its prefix cache further. A request's priority is Triton's (1 the highest; 0 takes
+the config's `dynamic_batching.default_priority_level`, else 0): the scheduler serves the lower value first.
 """
 
 from __future__ import annotations
@@ -54,6 +57,8 @@ TEXT_INPUT = "text_input"
 MESSAGES_INPUT = "messages"
 SCALARS = {"max_tokens": int, "temperature": float, "top_p": float, "seed": int}
 STRUCTURED_OUTPUTS = "structured_outputs"
+PREFIX_CACHE_SCOPES = ("caller", "shared")
+MAX_CACHE_SALT_CHARS = 256
 
 DEFAULT_INPUTS = [
     TensorConfig(TEXT_INPUT, "TYPE_STRING", [1], optional=True),
@@ -139,6 +144,13 @@ class LLMBackend(Backend):
                 f"model '{config.name}': the llm backend streams its tokens: its config needs "
                 "model_transaction_policy { decoupled: true }"
             )
+        scope = _parameter(config, "prefix_cache_scope", str, "caller")
+        if scope not in PREFIX_CACHE_SCOPES:
+            raise LoadError(
+                f"model '{config.name}': parameter 'prefix_cache_scope' must be one of "
+                f"{', '.join(PREFIX_CACHE_SCOPES)}, got '{scope}'"
+            )
+        self.per_caller = scope == "caller"
         source = find_weights(self.version_path, config.default_model_filename)
         dtype = _parameter(config, "dtype", str, "float32")
         runner = ModelRunner.load(source, dtype, str(self.device))
@@ -208,6 +220,9 @@ class LLMBackend(Backend):
             array = request.inputs.get(name)
             if array is not None and array.size:
                 options[name] = cast(np.asarray(array).reshape(-1)[0].item())
+        salt = options.pop("cache_salt", request.parameters.get("cache_salt"))
+        if salt is not None and (not isinstance(salt, str) or not salt or len(salt) > MAX_CACHE_SALT_CHARS):
+            raise InvalidArgument(f"cache_salt must be a non-empty string of at most {MAX_CACHE_SALT_CHARS} characters")
         structured = options.pop(STRUCTURED_OUTPUTS, request.parameters.get(STRUCTURED_OUTPUTS))
         grammar = self.compile_structured(structured) if structured is not None else None
         options = {k: _number(v) for k, v in options.items()}
@@ -232,8 +247,16 @@ class LLMBackend(Backend):
         per_token = bool(streamed is not None and streamed.size and np.asarray(streamed).reshape(-1)[0])
         describe = functools.partial(logprob_entry, self.tokenizer) if params.logprobs is not None else None
         sink = ResponseSink(request.stream, per_token, describe)
+        caller = request.caller if self.per_caller else None
+        cache_key = (caller, salt) if caller is not None or salt is not None else None
         return GenerationRequest(
-            prompt, params, sink, stop=stop, priority=self._priority(request.priority), grammar=grammar
+            prompt,
+            params,
+            sink,
+            stop=stop,
+            priority=self._priority(request.priority),
+            grammar=grammar,
+            cache_key=cache_key,
         )
 
     def compile_structured(self, value: object) -> Any:

@@ -1,8 +1,10 @@
 """Triton's shared-memory, trace and logging extensions, answered the same way over HTTP and gRPC.
 
 System shared memory is served (engine/protocol/shared_memory.py holds the regions, each the registering caller's
-own); CUDA shared memory is not: its status is
-truthfully empty and a registration is refused with a clear UNSUPPORTED error. Tracing records timestamps
+own) once allowed: as in Triton since `--allow-client-shm`, clients may not register or unregister regions unless
+the server was started with it (`serve --allow-client-shm=true`, INFERA_ALLOW_CLIENT_SHM=true); status answers
+either way. CUDA shared memory is not served: its status is truthfully empty and a registration is refused with a
+clear UNSUPPORTED error. Tracing records timestamps
 (engine/monitoring/tracing.py). Logging is live (engine/monitoring/log_settings.py).
 """
 
@@ -15,6 +17,12 @@ from engine.errors import InvalidArgument, NotFound, Unsupported
 if TYPE_CHECKING:
     from engine.serving.admission import Principal
     from engine.serving.server import InferenceServer
+
+# Triton's refusal word for word (server's common.h), then how this server is started with it
+CLIENT_SHM_DISABLED = (
+    "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable. "
+    "(manage.py serve --allow-client-shm=true, or INFERA_ALLOW_CLIENT_SHM=true)"
+)
 
 # ---- shared memory
 
@@ -34,6 +42,7 @@ def register_shared_memory(
     server: InferenceServer, kind: str, name: str, details: dict[str, Any], caller: Principal
 ) -> None:
     """Register a system region (key, offset, byte_size) as the caller's; CUDA regions are refused, saying why."""
+    _check_allowed(server)
     if kind == "system":
         key, offset, byte_size = details.get("key"), details.get("offset", 0), details.get("byte_size")
         if not isinstance(key, str) or not _is_count(offset) or not _is_count(byte_size):
@@ -50,8 +59,15 @@ def register_shared_memory(
 def unregister_shared_memory(server: InferenceServer, kind: str, name: str | None, caller: Principal) -> None:
     """Unregister one of the caller's regions (no name: all of the caller's). Unregistering what is not registered
     succeeds, as Triton does (there is nothing to release)."""
+    _check_allowed(server)
     if kind == "system":
         server.shared_memory.unregister(name, caller=caller)
+
+
+def _check_allowed(server: InferenceServer) -> None:
+    """Registering and unregistering need client shared memory allowed (Triton: UNSUPPORTED, HTTP 501)."""
+    if not server.shared_memory.limits.allowed:
+        raise Unsupported(CLIENT_SHM_DISABLED)
 
 
 def _is_count(value: Any) -> bool:

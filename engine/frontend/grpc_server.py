@@ -43,6 +43,7 @@ from engine.protocol.grpc_codec import (
     parameters_of,
     set_parameter,
 )
+from engine.protocol.shared_memory import CallerRegions
 from engine.serving.admission import ANONYMOUS, Principal
 from engine.serving.server import EXTENSIONS, RequestKey, VersionRoute
 from engine.serving.streams import ResponseStream
@@ -54,7 +55,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("infera.frontend")
 
-Decoded = tuple[VersionRoute, InferenceRequest, int]  # a message's route, its request, when it began (ns)
+# a message's route, its request, when it began (ns), and the caller's shared memory regions it holds until answered
+Decoded = tuple[VersionRoute, InferenceRequest, int, CallerRegions]
 
 Authenticate = Callable[[dict[str, Any]], Awaitable[Principal]]
 # requests whose raw contents are larger than this decode on a worker thread (as HTTP bodies do)
@@ -266,16 +268,22 @@ class GrpcFrontEnd(ManagementCalls):
         return await self._infer(request, call.principal, decoded)
 
     async def _infer(self, message: Any, principal: Principal, decoded: Decoded | None = None) -> Any:
-        route, request, started = decoded if decoded is not None else await self._decoded(message, principal)
+        decoded = decoded if decoded is not None else await self._decoded(message, principal)
+        try:
+            return await self._answer(message.model_name, decoded)
+        finally:
+            decoded[3].release()  # a region unregistered meanwhile goes now, as in Triton
+
+    async def _answer(self, model: str, decoded: Decoded) -> Any:
+        route, request, started, regions = decoded
         served = route.served
-        trace = request.trace = self.server.tracer.start(message.model_name, served.version)
+        trace = request.trace = self.server.tracer.start(model, served.version)
         if trace is not None:
             trace.mark("REQUEST_START", started)
             trace.record_tensors("TENSOR_QUEUE_INPUT", request.inputs)
         result = await self.server.infer(request, route)
         batched = served.config.max_batch_size > 0
-        regions = self.server.shared_memory.of(principal)  # the caller's own; large copies off the loop
-        answer = await regions.run(
+        answer = await regions.run(  # the caller's own regions; large copies off the loop
             functools.partial(
                 encode_grpc_response,
                 result,
@@ -315,12 +323,16 @@ class GrpcFrontEnd(ManagementCalls):
             else:
                 request = await regions.run(decode)  # on a worker thread if it copies much shared memory
         except InferaError:
+            regions.release()
             served.stats.record_failure(0, protocol="grpc")  # refused before queueing: a failed request (as Triton)
+            raise
+        except BaseException:
+            regions.release()
             raise
         request.protocol = "grpc"
         if forwarded:
             request.parameters.update(forwarded)  # after the message's own, as Triton adds them
-        return route, request, started
+        return route, request, started, regions
 
     async def _stream(
         self,
@@ -332,10 +344,14 @@ class GrpcFrontEnd(ManagementCalls):
     ) -> None:
         """A decoupled model's request on a stream: each of its responses as it comes, marked final or not (the
         flags-only final only when the request asked for it with triton_enable_empty_final_response)."""
-        route, request, _ = decoded
+        route, request, _, regions = decoded
         served = route.served
         empty_final = bool(request.parameters.get("triton_enable_empty_final_response", False))
-        stream = await self.server.infer_stream(request, route)
+        try:
+            stream = await self.server.infer_stream(request, route)
+        except BaseException:
+            regions.release()
+            raise
         open_streams.add(stream)
         try:
             async for response in stream:
@@ -351,7 +367,6 @@ class GrpcFrontEnd(ManagementCalls):
                     id=request.id,
                     parameters=response.parameters,
                 )
-                regions = self.server.shared_memory.of(principal)
                 answer = await regions.run(
                     functools.partial(
                         encode_grpc_response,
@@ -366,6 +381,7 @@ class GrpcFrontEnd(ManagementCalls):
                 await put(messages.ModelStreamInferResponse(infer_response=answer))
         finally:
             open_streams.discard(stream)
+            regions.release()
 
     async def rpc_ModelStreamInfer(  # noqa: N802
         self, requests: AsyncIterator[Any], call: Call, context: Any, ended: list[InferaError]

@@ -177,13 +177,20 @@ async def infer(server: InferenceServer, incoming: Incoming) -> Reply:
     A large body is decoded on a worker thread, so one request's megabytes never stall the event loop (health
     probes, the console, every other model).
     """
+    off_loop = len(incoming.body) > DECODE_ON_LOOP_BYTES or bool(incoming.content_encoding)
+    # the caller's own shared memory regions, and no one else's, held until the answer is written
+    regions = server.shared_memory.of(incoming.principal, on_loop=not off_loop)
+    try:
+        return await _infer_with(server, incoming, regions, off_loop)
+    finally:
+        regions.release()  # a region unregistered meanwhile goes now, as in Triton
+
+
+async def _infer_with(server: InferenceServer, incoming: Incoming, regions: CallerRegions, off_loop: bool) -> Reply:
     started = time.monotonic_ns()
     route = incoming.route
     version = parse_version(route.version) if route.version is not None else None
     routing = _Routing(server, route.model, version)
-    off_loop = len(incoming.body) > DECODE_ON_LOOP_BYTES or bool(incoming.content_encoding)
-    # the caller's own shared memory regions, and no one else's
-    regions = server.shared_memory.of(incoming.principal, on_loop=not off_loop)
     try:
         if off_loop:
             from_thread = routing.config_from_thread(asyncio.get_running_loop())

@@ -21,7 +21,9 @@ logits) and written in OpenAI's shapes (openai_logprobs.py); any other model ans
 POST /tokenize and /detokenize (vLLM's) use a model's own tokenizer (openai_tokens.py). `response_format`
 (json_object, json_schema) and vLLM's `structured_outputs` and `guided_*` fields hold the answer to a grammar
 (openai_structured.py): checked and compiled by the model's backend before any request starts, then sent to the model
-as `structured_outputs` with the sampling settings.
+as `structured_outputs` with the sampling settings. `cache_salt` (vLLM's) goes
+to the model with the sampling settings; the caller (its token, user or address, as /v2 counts it) goes with each
+request, so the llm backend keeps its prefix cache per caller.
 
 The same API tokens as /v2 are checked (`Authorization: Bearer <key>`) on every path here, before the body is read; a
 body is at most INFERA_OPENAI_MAX_BODY_BYTES, and every field it carries is checked by type, range and length
@@ -43,6 +45,7 @@ import orjson
 from engine.errors import InferaError
 from engine.frontend import openai_fields as fields
 from engine.frontend import openai_structured, openai_tokens
+from engine.frontend.caller_limits import caller_key
 from engine.frontend.cross_site import check_same_origin
 from engine.frontend.generate import StreamReply
 from engine.frontend.handlers import Reply
@@ -51,7 +54,8 @@ from engine.frontend.openai_choices import Choice, Piece, interleaved, whole
 from engine.frontend.openai_fields import OpenAIError
 from engine.frontend.openai_logprobs import chat_logprobs, completion_logprobs
 from engine.protocol import parse_json_object
-from engine.types import InferenceRequest
+from engine.serving.admission import ANONYMOUS
+from engine.types import InferenceRequest, current_caller
 
 if TYPE_CHECKING:
     from engine.config.model_config import ModelConfig
@@ -145,6 +149,7 @@ class Completion:
         }
         self.stop = fields.stop_strings(document.get("stop"))
         self.structured = openai_structured.requested(document)  # (the field that asked, its constraint) or None
+        self.cache_salt = document.get("cache_salt")  # vLLM's: the model checks it (the llm backend's prefix cache)
         self.choices: list[Choice] = []
         self.id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         self.created = int(time.time())
@@ -168,6 +173,8 @@ class Completion:
             given["stop"] = self.stop
         if self.structured is not None:
             given["structured_outputs"] = self.structured[1].as_options()
+        if self.cache_salt is not None:
+            given["cache_salt"] = self.cache_salt
         for name, dtype in SAMPLING_INPUTS.items():
             if name in given and config.input_named(name) is not None:
                 inputs[name] = _tensor([given[name]], dtype, batched)
@@ -369,8 +376,9 @@ class OpenAIApp:
 
     async def _answer(self, scope: Scope, receive: Receive, path: str) -> Reply | StreamReply:
         method = scope["method"]
-        if self.authenticate is not None:
-            await self.authenticate(scope)
+        principal = await self.authenticate(scope) if self.authenticate is not None else ANONYMOUS
+        client = scope.get("client")
+        current_caller.set(caller_key(principal, client[0] if client else None))  # as /v2 sets it: who asks
         if path == "/v1/models":
             if method != "GET":
                 raise OpenAIError(f"method {method} is not allowed; use GET", 405)

@@ -82,6 +82,7 @@ class GenerationRequest:
     stop: Sequence[str] = ()
     priority: int = 0
     grammar: Any = None  # a compiled grammar (engine/llm/structured.py) the answer follows; None: free text
+    cache_key: Hashable = None  # whose prefix cache it reads and fills (a caller and a salt); None: everyone's
     request_id: Hashable = None  # set by `submit`
     arrival: float | None = None  # set by `submit`, on the engine's clock
 
@@ -213,6 +214,7 @@ class LLMEngine:
             priority=request.priority,
             eos_token_id=self.eos_token_id,
             stop_token_ids=self.extra_stop_ids | frozenset(params.stop_token_ids),
+            extra_key=request.cache_key,
         )
         try:
             self.scheduler.add_request(seq)

@@ -7,8 +7,9 @@ Rules (vLLM's design, Infera's own code):
   `append_slot` reserves one more slot as a sequence grows (a new block only when its last one is full); `free`
   returns a finished, aborted or preempted sequence's blocks at once.
 - Automatic prefix caching: once every slot of a block is computed (`mark_computed`), the block is keyed by a
-  chained hash of its tokens, the key of the block before it and an optional extra key (an adapter id), and a later
-  prompt that starts with the same tokens shares it instead of computing it again. The hash is SHA-256: a collision
+  chained hash of its tokens, the key of the block before it and an optional extra key (the caller and cache salt
+  that may share it: another key never matches), and a later prompt that starts with the same tokens and has the
+  same extra key shares it instead of computing it again. The hash is SHA-256: a collision
   would hand one request another request's KV (a wrong answer and a leak across users), so Python's 64-bit `hash`
   will not do. A prompt is matched block by block up to its last token, which is always computed again (its logits
   give the first sampled token), so `allocate` reports `cached_tokens` as a multiple of `block_size`.

@@ -60,7 +60,7 @@ class LLMSequence:
     priority: int = 0
     eos_token_id: int | None = None
     stop_token_ids: frozenset[int] = frozenset()
-    extra_key: Hashable = None  # separates prefix-cache entries (an adapter id)
+    extra_key: Hashable = None  # separates prefix-cache entries (a caller and a cache salt, an adapter id)
     output_token_ids: list[int] = field(default_factory=list)
     status: SequenceStatus = SequenceStatus.WAITING
     num_computed_tokens: int = 0  # tokens whose KV is written in the cache

@@ -12,8 +12,14 @@ server's own user (a client over TCP cannot be proven to be any user; PostgreSQL
 
 Nothing is mapped: the registry keeps a descriptor per region and copies with pread (inputs, into a fresh buffer)
 and pwrite (outputs), so an object that shrinks under its region answers 400 naming the region instead of killing
-the process with SIGBUS, and no mapping of a huge sparse object costs address space. A region's descriptor is closed
-once it is unregistered and no copy still uses it. Linux only (it reads /dev/shm), as is the rest of Infera.
+the process with SIGBUS, and no mapping of a huge sparse object costs address space. Linux only (it reads /dev/shm),
+as is the rest of Infera.
+
+A request holds the regions it names from its decoding to its answer (`CallerRegions.release`). Unregistering a
+region a request holds does what Triton's shared memory manager does: the region stays registered (listed, usable,
+its name taken) until the last such request ends, then it goes. Its descriptor is closed once it is gone and no copy
+still uses it. Keys under Triton's reserved prefix (`triton_python_backend_shm_region_`, its python backend's own
+regions) are refused with Triton's message.
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ SHM_ROOT = Path("/dev/shm")  # nosec B108
 _CHUNK = 0x7FFFF000
 NAME_MAX = 255  # the longest file name /dev/shm holds: a longer key names no object
 MAX_NAME_CHARS = 256  # a region's name, kept as long as the region is
+# Triton keeps keys under this prefix for the regions its python backend makes (server's common.h)
+RESERVED_KEY_PREFIX = "triton_python_backend_shm_region_"
 # a request copying more than this (all its tensors together) is decoded or encoded on a worker thread, not the loop
 LOOP_COPY_BYTES = 256 * 1024
 T = TypeVar("T")
@@ -85,6 +93,8 @@ class Region:
     byte_size: int
     descriptor: int
     identity: tuple[int, int]  # (st_dev, st_ino): the object itself, whatever its key names later
+    requests: int = 0  # requests holding it (the registry's lock guards this and `awaiting_unregister`)
+    awaiting_unregister: bool = False  # unregistered while requests held it: it goes when the last one ends
     _users: int = 0
     _retired: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -232,20 +242,45 @@ class SharedMemoryRegistry:
             self._regions[(owner, name)] = Region(name, key, offset, byte_size, descriptor, identity)
 
     def unregister(self, name: str | None = None, *, caller: Principal = ANONYMOUS) -> None:
-        """Forget one of the caller's regions (or all of them); each descriptor closes once no copy uses it."""
+        """Forget one of the caller's regions (or all of them); one that requests hold goes when the last of them
+        ends (Triton's "will be unregistered after in-flight requests complete"); each descriptor closes once no
+        copy uses it."""
         owner = owner_of(caller)
+        retired = []
         with self._lock:
             keys = [(owner, name)] if name else [key for key in self._regions if key[0] == owner]
-            retired = [region for key in keys if (region := self._regions.pop(key, None)) is not None]
+            for key in keys:
+                region = self._regions.get(key)
+                if region is None:
+                    continue
+                if region.requests:
+                    region.awaiting_unregister = True
+                else:
+                    retired.append(self._regions.pop(key))
         for region in retired:
             region.retire()
 
-    def get(self, name: str, tensor: str, *, caller: Principal = ANONYMOUS) -> Region:
+    def get(self, name: str, tensor: str, *, caller: Principal = ANONYMOUS, hold: bool = False) -> Region:
+        """The caller's region `name` (400 naming `tensor` when it has none); `hold`: a request holds it until it
+        calls `let_go`."""
         with self._lock:
             region = self._regions.get((owner_of(caller), name))
+            if region is not None and hold:
+                region.requests += 1
         if region is None:
             raise InvalidArgument(f"tensor '{tensor}' names shared memory region '{name}', which is not registered")
         return region
+
+    def let_go(self, region: Region, caller: Principal) -> None:
+        """A request that held `region` ended: the region goes now if it was unregistered meanwhile."""
+        key = (owner_of(caller), region.name)
+        with self._lock:
+            region.requests -= 1
+            gone = region.requests == 0 and region.awaiting_unregister and self._regions.get(key) is region
+            if gone:
+                del self._regions[key]
+        if gone:
+            region.retire()
 
     def close(self) -> None:
         """Forget every caller's regions (at shutdown)."""
@@ -297,11 +332,16 @@ class SharedMemoryRegistry:
     @staticmethod
     def _path(name: str, key: str) -> Path:
         cleaned = key.lstrip("/")
+        shown = key if len(key) <= NAME_MAX else f"{key[:40]}..."
         if not cleaned or "/" in cleaned or "\x00" in cleaned or cleaned in (".", "..") or len(cleaned) > NAME_MAX:
-            shown = key if len(key) <= NAME_MAX else f"{key[:40]}..."
             raise InvalidArgument(
                 f"failed to register shared memory region '{name}': '{shown}' is not a shared memory key "
                 f"(one name of 1 to {NAME_MAX} characters, after an optional '/')"
+            )
+        if cleaned.startswith(RESERVED_KEY_PREFIX):
+            raise InvalidArgument(
+                f"cannot register shared memory region '{name}' with key '{shown}' as the key contains the reserved "
+                f"prefix '{RESERVED_KEY_PREFIX}'"
             )
         return SHM_ROOT / cleaned
 
@@ -314,16 +354,26 @@ class CallerRegions:
     caller: Principal
     on_loop: bool = False
     copied: int = 0  # bytes this request's tensors copy, counted while on the loop
+    held: dict[str, Region] = field(default_factory=dict)  # the regions this request holds until `release`
 
     def get(self, name: str, tensor: str, byte_size: int = 0) -> Region:
-        """The caller's region `name`, for a copy of `byte_size` bytes (CopyOffLoop when too many for the loop)."""
-        region = self.registry.get(name, tensor, caller=self.caller)
+        """The caller's region `name`, for a copy of `byte_size` bytes (CopyOffLoop when too many for the loop);
+        the request holds it until `release`."""
+        region = self.held.get(name)
+        if region is None:
+            region = self.held[name] = self.registry.get(name, tensor, caller=self.caller, hold=True)
         if self.on_loop:
             self.copied += byte_size
             if self.copied > LOOP_COPY_BYTES:
                 self.on_loop = False  # the next try runs on a worker thread
                 raise CopyOffLoop
         return region
+
+    def release(self) -> None:
+        """The request has answered: let go of its regions (one unregistered meanwhile goes now)."""
+        held, self.held = self.held, {}
+        for region in held.values():
+            self.registry.let_go(region, self.caller)
 
     def start_on_loop(self) -> None:
         """The next lookups run on the event loop again, with nothing copied yet (a response after its request)."""

@@ -26,7 +26,7 @@ from engine.serving.placement import instance_slots, open_backend
 from engine.serving.stats import ModelStats
 from engine.serving.streams import StreamStats
 from engine.settings import SequenceLimits
-from engine.types import InferenceRequest, InferenceResponse
+from engine.types import InferenceRequest, InferenceResponse, current_caller
 
 log = logging.getLogger("infera.engine")
 
@@ -228,6 +228,8 @@ class ServedVersion:
         if (self.state is not ModelState.READY and not draining) or self.dispatcher is None:
             because = f": {self.reason}" if self.reason and self.state is ModelState.UNAVAILABLE else ""
             raise Unavailable(f"model '{self.name}' version {self.version} is not ready{because}")
+        if request.caller is None:  # a model that keeps state per caller (the llm prefix cache) reads it there
+            request.caller = current_caller.get()
         if not self.inflight:  # an Event method call a request cost: only the first in flight clears it
             self._drained.clear()
         self.inflight += 1

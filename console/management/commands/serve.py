@@ -23,7 +23,7 @@ from console.env import env_int, env_str
 from console.hosting.startup import MigrationsMissing, start_up_lock, wait_for_migrations
 from console.hosting.workers import die_with_supervisor, run_workers
 from console.peers.identity import ProcessIdentity
-from engine.api import SettingError, read_header_rules, read_trace_start_up
+from engine.api import SettingError, parse_bool, read_header_rules, read_trace_start_up
 
 
 class Command(BaseCommand):
@@ -100,6 +100,13 @@ class Command(BaseCommand):
                 help=f"{protocol.upper()} headers whose names match become parameters of inference requests "
                 f"(never authorization, cookie or a restricted header; in place of ${flag_variable(forward)})",
             )
+        parser.add_argument(
+            "--allow-client-shm",
+            default=None,
+            metavar="true|false",
+            help="let clients register, unregister and use system shared memory regions, as Triton's flag "
+            "(default: $INFERA_ALLOW_CLIENT_SHM or false)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         host = options["host"] or env_str("HOST") or "127.0.0.1"
@@ -116,6 +123,12 @@ class Command(BaseCommand):
                 infera = infera.replace(trace_start_up=read_trace_start_up(os.environ, options["trace_config"]))
             except SettingError as exc:
                 raise CommandError(str(exc)) from None
+        if options["allow_client_shm"] is not None:
+            try:
+                allowed = parse_bool("--allow-client-shm", options["allow_client_shm"])
+            except SettingError as exc:
+                raise CommandError(str(exc)) from None
+            infera = infera.replace(shared_memory=dataclasses.replace(infera.engine.shared_memory, allowed=allowed))
         try:
             infera = infera.replace(**header_rules(options))
         except SettingError as exc:

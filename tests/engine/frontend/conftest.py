@@ -8,7 +8,7 @@ import pytest
 
 from engine.frontend import V2App
 from engine.serving.server import InferenceServer
-from engine.settings import EngineSettings
+from engine.settings import EngineSettings, SharedMemoryLimits
 from tests.engine.model_factory import make_simple_onnx
 
 TINY_QUEUE = "dynamic_batching { default_queue_policy { max_queue_size: 1 } }\n"
@@ -26,7 +26,9 @@ def v2_repository(tmp_path: Path) -> Path:
 @pytest.fixture
 async def v2_server(v2_repository: Path):
     # the engine alone, driven as Triton is: anyone may load and unload (the console's tests cover tokens)
-    server = InferenceServer(v2_repository, gpu_count=0, settings=EngineSettings(open_repository_control=True))
+    # ... and clients may use shared memory (off by default, as in Triton)
+    settings = EngineSettings(open_repository_control=True, shared_memory=SharedMemoryLimits(allowed=True))
+    server = InferenceServer(v2_repository, gpu_count=0, settings=settings)
     await server.start()
     yield server
     await server.stop()
@@ -50,5 +52,7 @@ def uvicorn_server_url(server_repository: Path, tmp_path_factory: pytest.TempPat
     """`host:port` of the standalone app under uvicorn, shared by the tritonclient tests."""
     from tests.engine.frontend.server_process import running_server
 
-    with running_server("uvicorn", server_repository, tmp_path_factory.mktemp("logs") / "uvicorn.log") as url:
+    log = tmp_path_factory.mktemp("logs") / "uvicorn.log"
+    # client shared memory is off by default, as in Triton: these tests use it
+    with running_server("uvicorn", server_repository, log, extra_env={"INFERA_ALLOW_CLIENT_SHM": "true"}) as url:
         yield url

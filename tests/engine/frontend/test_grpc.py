@@ -16,7 +16,7 @@ from tritonclient.utils import InferenceServerException
 
 from engine.frontend.grpc_server import GrpcFrontEnd
 from engine.serving.server import InferenceServer
-from engine.settings import EngineSettings, GrpcSettings
+from engine.settings import EngineSettings, GrpcSettings, SharedMemoryLimits
 from tests.engine.frontend.v2_checks import GUARD_INPUT, check_guard_output
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -28,7 +28,9 @@ B = np.full((1, 16), 5, dtype=np.int32)
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def front_end(server_repository: Path):
     """An engine over the shared test repository (anyone may load, as Triton) and its gRPC server on a free port."""
-    server = InferenceServer(server_repository, gpu_count=0, settings=EngineSettings(open_repository_control=True))
+    # clients may use shared memory, off by default as in Triton
+    settings = EngineSettings(open_repository_control=True, shared_memory=SharedMemoryLimits(allowed=True))
+    server = InferenceServer(server_repository, gpu_count=0, settings=settings)
     await server.start()
     grpc_server = GrpcFrontEnd(server, GrpcSettings(port=0, shutdown_grace_seconds=1))
     await grpc_server.start()

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+import grpc
 import numpy as np
 import pytest
 import pytest_asyncio
@@ -128,12 +129,12 @@ async def front_ends(
             while not web.started:
                 await asyncio.sleep(0)  # a yield to the loop: uvicorn starts on this same loop
         http = httpclient.InferenceServerClient(f"127.0.0.1:{listener.getsockname()[1]}")
-        grpc = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_front.port}")
+        grpc_client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_front.port}")
         try:
-            yield Served(http, grpc)
+            yield Served(http, grpc_client)
         finally:
             await http.close()
-            await grpc.close()
+            await grpc_client.close()
     finally:
         web.should_exit = True
         await task
@@ -276,7 +277,7 @@ async def test_a_reserved_header_is_refused_as_triton_refuses_it(engine):
         assert refused.value.message() == f"Header 'triton_x' {reserved}"
 
 
-async def test_a_stream_forwards_its_metadata_to_each_request(engine):
+async def test_a_stream_is_restricted_and_forwards_its_metadata_to_each_request(engine):
     async with front_ends(engine) as served:
 
         async def requests() -> AsyncIterator[dict[str, Any]]:
@@ -289,3 +290,8 @@ async def test_a_stream_forwards_its_metadata_to_each_request(engine):
             assert error is None
             seen.append(json.loads(result.as_numpy("PARAMETERS")[0]))
         assert seen == [{"x-fwd-stream": "yes"}] * 2
+        with pytest.raises(grpc.aio.AioRpcError) as refused:  # tritonclient's stream hands grpc's error on as is
+            async for _ in served.grpc.stream_infer(requests(), headers={"x-fwd-stream": "yes"}):
+                pass
+        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert refused.value.details() == f"{GRPC_REFUSAL}'triton-grpc-protocol-{KEY}'"

@@ -169,6 +169,7 @@ def token_server(tmp_path_factory: pytest.TempPathFactory):
         "INFERA_INFERENCE_AUTH": "token",
         "INFERA_DISABLE_NVML": "1",
         "INFERA_SHM_MAX_REGIONS_PER_CALLER": str(PER_CALLER),
+        "INFERA_ALLOW_CLIENT_SHM": "true",  # off by default, as in Triton
     }
     with serve_process(var_dir, "--no-seed", env=env) as server:
         manage = manage_command(var_dir, env)

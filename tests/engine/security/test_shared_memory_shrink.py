@@ -85,7 +85,8 @@ def server(tmp_path_factory: pytest.TempPathFactory):
     var_dir = tmp_path_factory.mktemp("shm-shrink") / "var"
     make_simple_onnx(var_dir / "models", name="simple")
     make_simple_onnx(var_dir / "models", name="other")
-    with serve_process(var_dir, "--no-seed", env={"INFERA_DISABLE_NVML": "1"}) as running:
+    env = {"INFERA_DISABLE_NVML": "1", "INFERA_ALLOW_CLIENT_SHM": "true"}  # client shm is off by default, as in Triton
+    with serve_process(var_dir, "--no-seed", env=env) as running:
         manage_command(var_dir, {"INFERA_DISABLE_NVML": "1"})("import_repository", str(var_dir / "models"))
         client = httpclient.InferenceServerClient(running.base_url.removeprefix("http://"))
         for _ in range(1200):
@@ -146,9 +147,12 @@ async def big_engine(tmp_path, monkeypatch):
     """An engine serving `simple` with room for ROWS rows, and a list of (copy, thread) of each shm copy it makes."""
     from engine.protocol.shared_memory import Region
     from engine.serving.server import InferenceServer
+    from engine.settings import EngineSettings, SharedMemoryLimits
 
     make_simple_onnx(tmp_path, name="simple", max_batch_size=ROWS)
-    server = InferenceServer(tmp_path, gpu_count=0)
+    # client shared memory is off by default, as in Triton
+    settings = EngineSettings(shared_memory=SharedMemoryLimits(allowed=True))
+    server = InferenceServer(tmp_path, gpu_count=0, settings=settings)
     await server.start()
     copies: list[tuple[str, str]] = []
     for method in ("read", "write"):

@@ -25,6 +25,9 @@ from engine.config.text_format import (
     read_config_file,
     replacing_override,
 )
+from engine.environment.headers import read_header_rules
+from engine.environment.trace import read_trace_start_up
+from engine.environment.values import SettingError, parse_bool, read_text
 from engine.errors import (
     CodeRefused,
     Forbidden,
@@ -69,16 +72,7 @@ from engine.serving.analysis import (
 from engine.serving.lifecycle import ModelState, ModelStatus, VersionStatus
 from engine.serving.repository import holds_hf_folder
 from engine.serving.server import InferenceServer
-from engine.settings import (
-    EngineSettings,
-    HttpSettings,
-    SettingError,
-    parse_bool,
-    read_engine_settings,
-    read_header_rules,
-    read_text,
-    read_trace_start_up,
-)
+from engine.settings import EngineSettings, HttpSettings, read_engine_settings
 from engine.traffic.policies import TrafficPolicy, policy_from_dict
 from engine.traffic.policies import check_policy as check_traffic_policy
 

@@ -26,7 +26,7 @@ from typing import Any
 from engine.backends.base import Device
 from engine.backends.gpu_transfers import fixed_shapes
 from engine.config.model_config import ModelConfig
-from engine.settings import FALSE_WORDS
+from engine.environment.values import FALSE_WORDS
 
 log = logging.getLogger("infera.engine")
 

@@ -1,10 +1,11 @@
 """Triton's restricted APIs and header forwarding, applied the same way by the HTTP and gRPC front ends.
 
-A restricted category (`--http-restricted-api`, `--grpc-restricted-protocol`; engine.settings.HeaderRules) needs
-its header with its exact value on every request of its endpoints, before anything else is looked at: the caller's
-credential is still needed after it (the two compose, neither stands in for the other), and a request without the
-header gets Triton's refusal (HTTP 403 "This API is restricted, ...", gRPC UNAVAILABLE "This protocol is
-restricted, ..."). `CATEGORY` is the one map of endpoints (HTTP) and methods (gRPC) to categories.
+A restricted category (`--http-restricted-api`, `--grpc-restricted-protocol`; HeaderRules in
+engine/environment/headers.py) needs its header with its exact value on every request of its endpoints, before anything
+else is looked at: the caller's credential is still needed after it (the two compose, neither stands in for the other),
+and a request without the header gets Triton's refusal (HTTP 403 "This API is restricted, ...", gRPC UNAVAILABLE "This
+protocol is restricted, ...").
+`CATEGORY` is the one map of endpoints (HTTP) and methods (gRPC) to categories.
 
 Forwarded headers (names matching the forward pattern) become string parameters of an inference request, after its
 own (a header wins over a parameter of the same name, as a python model reads Triton's); a reserved name is refused
@@ -17,8 +18,8 @@ from __future__ import annotations
 import hmac
 from collections.abc import Iterable
 
+from engine.environment.headers import HeaderRules, compile_forward_pattern
 from engine.errors import InvalidArgument
-from engine.settings import HeaderRules, compile_forward_pattern
 
 _SHM_HTTP = tuple(
     f"{kind}_shm_{action}" for kind in ("system", "cuda") for action in ("status", "register", "unregister")

@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from engine.environment.values import SettingError
 from engine.errors import InvalidArgument
 from engine.frontend.direct_http import DirectRequestsProtocol
 from engine.frontend.grpc_server import GrpcFrontEnd
@@ -25,7 +26,7 @@ from engine.frontend.openai import OpenAIApp
 from engine.frontend.routes import Route
 from engine.monitoring.prometheus import MetricsApp
 from engine.serving.server import InferenceServer
-from engine.settings import EngineSettings, SettingError, read_engine_settings
+from engine.settings import EngineSettings, read_engine_settings
 
 
 class StandaloneApp:

@@ -13,8 +13,8 @@ from typing import Any
 
 import psutil
 
+from engine.environment.values import read_bool
 from engine.serving.devices import nvml
-from engine.settings import read_bool
 
 log = logging.getLogger("engine.monitoring")
 

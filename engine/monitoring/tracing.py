@@ -40,8 +40,9 @@ import numpy as np
 import orjson
 
 from engine.config.datatypes import wire_type_of
+from engine.environment.trace import TraceLimits
+from engine.environment.values import SettingError
 from engine.errors import InferaError, InvalidArgument, Unsupported
-from engine.settings import SettingError, TraceLimits
 
 log = logging.getLogger("infera.engine")
 

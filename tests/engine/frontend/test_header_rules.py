@@ -10,16 +10,11 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from engine.environment.headers import RESTRICTED_CATEGORIES, HeaderRules, Restriction, read_header_rules
+from engine.environment.values import SettingError
 from engine.errors import InvalidArgument
 from engine.frontend.header_rules import CATEGORY, GRPC_REFUSAL, HTTP_REFUSAL, HeaderCheck
-from engine.settings import (
-    RESTRICTED_CATEGORIES,
-    HeaderRules,
-    Restriction,
-    SettingError,
-    read_engine_settings,
-    read_header_rules,
-)
+from engine.settings import read_engine_settings
 from tests.engine.frontend.server_process import free_port, running_server
 from tests.engine.frontend.test_header_rules_tritonclient import simple_inputs
 

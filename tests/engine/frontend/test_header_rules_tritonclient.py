@@ -26,19 +26,13 @@ import tritonclient.http.aio as httpclient
 import uvicorn
 from tritonclient.utils import InferenceServerException
 
+from engine.environment.headers import RESTRICTED_CATEGORIES, HeaderRules, Restriction, read_header_rules
 from engine.frontend.grpc_server import GrpcFrontEnd
 from engine.frontend.header_rules import GRPC_REFUSAL, HTTP_REFUSAL, HeaderCheck
 from engine.frontend.http import V2App
 from engine.serving.admission import Principal
 from engine.serving.server import InferenceServer
-from engine.settings import (
-    RESTRICTED_CATEGORIES,
-    EngineSettings,
-    GrpcSettings,
-    HeaderRules,
-    Restriction,
-    read_header_rules,
-)
+from engine.settings import EngineSettings, GrpcSettings
 from tests.engine.frontend.test_grpc_security import GOOD_KEY, authenticate  # token mode in miniature
 from tests.engine.model_factory import make_python_model, make_simple_onnx, python_config
 

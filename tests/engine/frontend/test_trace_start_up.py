@@ -16,9 +16,11 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from engine.environment.trace import TraceStartUp
+from engine.environment.values import SettingError
 from engine.errors import Unsupported
 from engine.monitoring.tracing import Tracer
-from engine.settings import SettingError, TraceStartUp, read_engine_settings
+from engine.settings import read_engine_settings
 from tests.engine.frontend.server_process import free_port, running_server
 from tests.engine.model_factory import make_simple_onnx
 

@@ -22,10 +22,11 @@ import tritonclient.grpc.aio as aioclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from engine.environment.values import SettingError
 from engine.frontend import V2App
 from engine.frontend.grpc_server import GrpcFrontEnd
 from engine.serving.server import InferenceServer
-from engine.settings import EngineSettings, GrpcSettings, SettingError, read_engine_settings
+from engine.settings import EngineSettings, GrpcSettings, read_engine_settings
 from tests.conftest import serve_process
 from tests.engine.frontend.asgi_client import call
 from tests.engine.frontend.server_process import free_port, running_server

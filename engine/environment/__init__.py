@@ -1,0 +1,1 @@
+"""Reading the engine's settings from the environment: strict values, trace start-up, header rules."""

@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import cluster_runs, ensemble_models, ensemble_runs, mlserver_peer, traffic_runs
+from bench import cluster_runs, ensemble_models, ensemble_runs, llm, mlserver_peer, traffic_runs
 from bench.dashboards import run_dashboards
 from bench.direct import measure_direct
 from bench.engine_inproc import measure_engine
@@ -49,6 +49,7 @@ SECTIONS = (
     "ensemble",
     "traffic",
     "cluster",
+    "llm",
 )
 
 
@@ -456,6 +457,12 @@ def main(argv: list[str] | None = None) -> int:
                 lambda: cluster_runs.cluster_section(repository, workdir, scripts, args.seconds, args.runs),
             )
             results["cluster"].update(date=results["date"], command=results["command"])
+        if "llm" in args.sections:
+            results["llm"] = guarded(
+                "llm: smollm2 over /v1 at 1, 8, 32 streams beside transformers serve, generate and llama.cpp",
+                lambda: llm.llm_section(workdir, max(args.seconds, 20.0), args.infera_launch),
+            )
+            results["llm"].update(date=results["date"], command=results["command"])
     finally:
         scripts.close()
         shutil.rmtree(workdir, ignore_errors=True)

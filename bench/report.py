@@ -10,6 +10,7 @@ from pathlib import Path
 from bench.generation import MARKERS as GENERATION_MARKERS
 from bench.report_cells import section_or_reason, short, table
 from bench.report_comparisons import ensemble_text, python_text, sequences_text, traffic_text
+from bench.report_llm import LLM_HEADING, llm_text
 from bench.report_throughput import (
     cluster_text,
     dashboards_text,
@@ -48,6 +49,7 @@ SECTION_HEADINGS = {
     "ensemble": (ENSEMBLE_HEADING,),
     "traffic": (TRAFFIC_HEADING,),
     "cluster": (CLUSTER_HEADING,),
+    "llm": (LLM_HEADING,),
     "gpu": (GPU_HEADING,),  # written by `python -m bench --gpu-results FILE`, measured on a GPU machine
 }
 
@@ -76,6 +78,7 @@ def section_renderers(results: dict) -> dict[str, Callable[[], str]]:
         ENSEMBLE_HEADING: lambda: section_or_reason(results.get("ensemble"), ensemble_text),
         TRAFFIC_HEADING: lambda: section_or_reason(results.get("traffic"), traffic_text),
         CLUSTER_HEADING: lambda: section_or_reason(results.get("cluster"), cluster_text),
+        LLM_HEADING: lambda: section_or_reason(results.get("llm"), llm_text),
         GPU_HEADING: lambda: gpu_text(results.get("gpu")),
     }
     if PROFILE_NOTE.exists():

@@ -379,6 +379,13 @@ def gpu_verdicts(results: dict) -> list[Verdict]:
     return verdicts
 
 
+def llm_verdicts(results: dict) -> list[Verdict]:
+    """Issue 34's LLM goals, checked where the section is rendered (bench/report_llm.py imports Verdict here)."""
+    from bench.report_llm import llm_verdicts as verdicts
+
+    return verdicts(results)
+
+
 # the targets each `--sections` entry decides from its own figures: a run of some rewrites their rows (report.py)
 SECTION_VERDICTS = {
     "engine": engine_verdicts,
@@ -388,6 +395,7 @@ SECTION_VERDICTS = {
     "ensemble": ensemble_verdicts,
     "traffic": traffic_verdicts,
     "cluster": cluster_verdicts,
+    "llm": llm_verdicts,
     "gpu": gpu_verdicts,
 }
 

@@ -202,3 +202,21 @@ def test_a_schema_keyword_the_grammar_would_ignore_is_refused_naming_it(keyword)
 def test_a_malformed_structured_outputs_value_is_refused_naming_its_field(value, message):
     with pytest.raises(InvalidStructuredOutput, match=re.escape(message)):
         StructuredOutput.from_options(value)
+
+
+def test_the_mask_touches_only_the_constrained_rows_and_their_forbidden_tokens(runner):
+    import torch
+
+    from engine.llm.structured import GrammarState, mask_logits
+
+    vocab = runner.shape.vocab_size
+    compiled = grammar(runner, "choice", ["alpha", "beta"])
+    logits = torch.randn(3, vocab)
+    before = logits.clone()
+    mask_logits(logits, {1: GrammarState(compiled)})
+    assert torch.equal(logits[0], before[0]) and torch.equal(logits[2], before[2])
+    allowed = torch.isfinite(logits[1])
+    assert 0 < int(allowed.sum()) < vocab
+    assert torch.equal(logits[1][allowed], before[1][allowed])
+    first = {runner.tokenizer.decode([token]) for token in allowed.nonzero().flatten().tolist()}
+    assert all("alpha".startswith(text) or "beta".startswith(text) for text in first), first

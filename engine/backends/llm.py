@@ -29,7 +29,8 @@ Config parameters of the engine: `max_model_len` (prompt + output tokens; defaul
 max_position_embeddings capped at 2048), `max_num_seqs` (32), `max_num_batched_tokens` (512), `kv_block_size` (16),
 `kv_num_blocks` or else `kv_cache_memory_mb` (256), `dtype` (float32, bfloat16, float16), `enable_prefix_caching`
 (true), `prefix_cache_scope` ("caller", the default: a prompt's cached prefix serves only the caller that computed
-it, its token, user or address, so no caller can time another's prompts; "shared": every caller's),
+it, its token, user or address, so no caller can time another's prompts; "shared": every caller's), `quantization`
+("none", or "int8": the decoder's linear layers in int8 on a CPU instance, engine/llm/quantization.py),
 `default_max_tokens` (64). A request's `cache_salt` (vLLM's: a parameter of generate, a field of /v1, or in
 `sampling_parameters`) separates its prefix cache further. A request's priority is Triton's (1 the highest; 0 takes
 the config's `dynamic_batching.default_priority_level`, else 0): the scheduler serves the lower value first.
@@ -39,7 +40,6 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,7 @@ import numpy as np
 
 from engine.backends import register_backend
 from engine.backends.base import Backend
+from engine.backends.llm_parameters import parameter, positive, prefix_cache_per_caller, quantization_of, switch
 from engine.backends.llm_responses import COUNT_OUTPUTS, LOGPROBS_OUTPUT, TEXT_OUTPUT, ResponseSink, logprob_entry
 from engine.config.model_config import ModelConfig, TensorConfig
 from engine.errors import InferaError, InvalidArgument, LoadError
@@ -57,7 +58,6 @@ TEXT_INPUT = "text_input"
 MESSAGES_INPUT = "messages"
 SCALARS = {"max_tokens": int, "temperature": float, "top_p": float, "seed": int}
 STRUCTURED_OUTPUTS = "structured_outputs"
-PREFIX_CACHE_SCOPES = ("caller", "shared")
 MAX_CACHE_SALT_CHARS = 256
 
 DEFAULT_INPUTS = [
@@ -82,32 +82,6 @@ DEFAULT_PARAMETERS = {
     "openai_messages_input": MESSAGES_INPUT,
     "openai_logprobs_output": LOGPROBS_OUTPUT,
 }
-
-
-def _parameter(config: ModelConfig, key: str, cast: Callable[[str], Any], default: Any) -> Any:
-    raw = config.parameters.get(key, "")
-    if str(raw).strip() == "":
-        return default
-    try:
-        return cast(str(raw).strip())
-    except ValueError:
-        raise LoadError(f"model '{config.name}': parameter '{key}' must be {cast.__name__}, got '{raw}'") from None
-
-
-def _switch(value: str) -> bool:
-    lowered = value.lower()
-    if lowered not in ("true", "false"):
-        raise ValueError(value)
-    return lowered == "true"
-
-
-_switch.__name__ = "true or false"
-
-
-def _positive(name: str, value: int, config: ModelConfig) -> int:
-    if value < 1:
-        raise LoadError(f"model '{config.name}': parameter '{name}' must be at least 1, got {value}")
-    return value
 
 
 @register_backend
@@ -144,24 +118,19 @@ class LLMBackend(Backend):
                 f"model '{config.name}': the llm backend streams its tokens: its config needs "
                 "model_transaction_policy { decoupled: true }"
             )
-        scope = _parameter(config, "prefix_cache_scope", str, "caller")
-        if scope not in PREFIX_CACHE_SCOPES:
-            raise LoadError(
-                f"model '{config.name}': parameter 'prefix_cache_scope' must be one of "
-                f"{', '.join(PREFIX_CACHE_SCOPES)}, got '{scope}'"
-            )
-        self.per_caller = scope == "caller"
+        self.per_caller = prefix_cache_per_caller(config)
         source = find_weights(self.version_path, config.default_model_filename)
-        dtype = _parameter(config, "dtype", str, "float32")
-        runner = ModelRunner.load(source, dtype, str(self.device))
+        dtype = parameter(config, "dtype", str, "float32")
+        quantization = quantization_of(config, dtype, str(self.device))
+        runner = ModelRunner.load(source, dtype, str(self.device), quantization)
         shape = runner.shape
-        max_model_len = _parameter(config, "max_model_len", int, min(shape.max_position_embeddings, 2048))
-        max_num_seqs = _positive("max_num_seqs", _parameter(config, "max_num_seqs", int, 32), config)
-        batched = _parameter(config, "max_num_batched_tokens", int, max(512, max_num_seqs))
-        block_size = _positive("kv_block_size", _parameter(config, "kv_block_size", int, 16), config)
-        num_blocks = _parameter(config, "kv_num_blocks", int, 0)
+        max_model_len = parameter(config, "max_model_len", int, min(shape.max_position_embeddings, 2048))
+        max_num_seqs = positive("max_num_seqs", parameter(config, "max_num_seqs", int, 32), config)
+        batched = parameter(config, "max_num_batched_tokens", int, max(512, max_num_seqs))
+        block_size = positive("kv_block_size", parameter(config, "kv_block_size", int, 16), config)
+        num_blocks = parameter(config, "kv_num_blocks", int, 0)
         if num_blocks <= 0:
-            budget = _positive("kv_cache_memory_mb", _parameter(config, "kv_cache_memory_mb", int, 256), config)
+            budget = positive("kv_cache_memory_mb", parameter(config, "kv_cache_memory_mb", int, 256), config)
             num_blocks = budget * 2**20 // runner.block_bytes(block_size)
         if max_model_len > shape.max_position_embeddings:
             raise LoadError(
@@ -174,9 +143,9 @@ class LLMBackend(Backend):
                 f"({num_blocks * block_size}), less than max_model_len ({max_model_len}): raise kv_num_blocks or "
                 "kv_cache_memory_mb, or lower max_model_len"
             )
-        prefix = _parameter(config, "enable_prefix_caching", _switch, True)
-        self.default_max_tokens = _positive(
-            "default_max_tokens", _parameter(config, "default_max_tokens", int, 64), config
+        prefix = parameter(config, "enable_prefix_caching", switch, True)
+        self.default_max_tokens = positive(
+            "default_max_tokens", parameter(config, "default_max_tokens", int, 64), config
         )
         try:
             scheduler = LLMScheduler(BlockManager(num_blocks, block_size, prefix), batched, max_num_seqs, max_model_len)

@@ -23,6 +23,7 @@ import torch
 from torch.nn import functional as F  # noqa: N812 - torch's own spelling
 
 from engine.errors import LoadError
+from engine.llm.quantization import check_quantization, quantize_int8
 from engine.llm.scheduler import StepPlan
 from engine.llm.weights import WeightsSource, load_model, load_tokenizer
 
@@ -206,10 +207,15 @@ class ModelRunner:
         self.cache: PagedKVCache | None = None
 
     @classmethod
-    def load(cls, source: WeightsSource, dtype: str = "float32", device: str = "cpu") -> ModelRunner:
+    def load(
+        cls, source: WeightsSource, dtype: str = "float32", device: str = "cpu", quantization: str = "none"
+    ) -> ModelRunner:
+        check_quantization(quantization, dtype, device)
         register_attention()
         tokenizer = load_tokenizer(source)
         model = load_model(source, dtype, ATTENTION_NAME).to(device)
+        if quantization == "int8":
+            quantize_int8(model)
         return cls(model, tokenizer, device)
 
     def block_bytes(self, block_size: int) -> int:

@@ -190,8 +190,14 @@ def hf_folder(gguf: Path) -> Path:
         return HF_FOLDER
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=DTYPE)  # nosec B615
+    loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=DTYPE)  # nosec B615
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)  # nosec B615
+    # the loaded model is marked quantized (gguf), which save_pretrained refuses; its weights are plain bfloat16
+    config = loaded.config
+    config.quantization_config = None
+    del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config, dtype=loaded.dtype)
+    model.load_state_dict(loaded.state_dict())
     HF_FOLDER.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(HF_FOLDER)
     tokenizer.save_pretrained(HF_FOLDER)

@@ -117,7 +117,7 @@ def _stream_cells(label: str, part: dict | None, streams: int) -> list[str]:
         return [label, str(streams), reason, "–", "–", "–"]
     row = next((r for r in part.get("rows", []) if r["streams"] == streams), None)
     if row is None:
-        return [label, str(streams), "not measured (serves one request at a time)", "–", "–", "–"]
+        return [label, str(streams), "not measured", "–", "–", "–"]
     done = f"{row['finished']} ({row['short']} short, {row['failures']} failed)"
     return [
         label,
@@ -148,7 +148,8 @@ def llm_text(run: dict) -> str:
     for streams in (1, 8, 32):
         rows.append(_stream_cells("Infera", infera, streams))
         rows.append(_stream_cells("transformers serve --continuous-batching", run.get("transformers"), streams))
-        rows.append(_stream_cells("llama-cpp-python server (Q4_1 GGUF)", run.get("llama_cpp"), streams))
+        if streams == 1:  # llama.cpp's server answers one request at a time
+            rows.append(_stream_cells("llama-cpp-python server (Q4_1 GGUF)", run.get("llama_cpp"), streams))
     if "unavailable" in direct or not direct:
         rows.append(
             [

@@ -168,7 +168,7 @@ def model_cards(models: Iterable[RegisteredModel], server: Any) -> list[ModelCar
 
 def registered_card(model: RegisteredModel, status: Any) -> ModelCard:
     """The health of a registered model from its versions' desired and recorded states and, when an engine runs
-    here, what the engine holds of it (`status`: engine.serving.lifecycle.ModelStatus)."""
+    here, what the engine holds of it (`status`: engine.serving.model_status.ModelStatus)."""
     wanted = [version for version in model.versions.all() if version.should_load]
     failures = [f"version {v.number}: {reason}" for v in wanted if (reason := _failure(v, status))]
     if status is not None and status.error:

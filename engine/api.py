@@ -69,7 +69,7 @@ from engine.serving.analysis import (
     grid_candidates,
     sweep,
 )
-from engine.serving.lifecycle import ModelState, ModelStatus, VersionStatus
+from engine.serving.model_status import ModelState, ModelStatus, VersionStatus
 from engine.serving.repository import holds_hf_folder
 from engine.serving.server import InferenceServer
 from engine.settings import EngineSettings, HttpSettings, read_engine_settings

@@ -6,14 +6,10 @@ import asyncio
 import logging
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from engine.backends.base import InstanceContext, InstanceFailure
-from engine.config.datatypes import config_to_wire, numpy_dtype
 from engine.config.model_config import ModelConfig
 from engine.config.names import without_folders
 from engine.ensembles.dispatcher import EnsembleDispatcher
@@ -22,6 +18,7 @@ from engine.errors import LoadError, ModelNotFound, Unavailable
 from engine.schedulers.dispatcher import Dispatcher, DynamicDispatcher
 from engine.schedulers.sequence_dispatcher import SequenceDispatcher
 from engine.serving.instances import ModelInstance
+from engine.serving.model_status import ModelState, ModelStatus, VersionStatus, warmup_inputs
 from engine.serving.placement import instance_slots, open_backend
 from engine.serving.stats import ModelStats
 from engine.serving.streams import StreamStats
@@ -32,63 +29,6 @@ log = logging.getLogger("infera.engine")
 
 # how long a retired version of a sequence model keeps serving its live sequences before it unloads anyway
 SEQUENCE_DRAIN_SECONDS = 60.0
-
-
-class ModelState(StrEnum):
-    """Triton's model version states."""
-
-    LOADING = "LOADING"
-    READY = "READY"
-    UNLOADING = "UNLOADING"
-    UNAVAILABLE = "UNAVAILABLE"
-
-
-@dataclass(frozen=True)
-class VersionStatus:
-    """Where one version stands in this engine, and why when it is not READY."""
-
-    version: int
-    state: ModelState
-    reason: str = ""
-
-
-@dataclass(frozen=True)
-class ModelStatus:
-    """What this engine holds of one model: each known version's state, the active version, a model-wide error."""
-
-    name: str
-    versions: dict[int, VersionStatus] = field(default_factory=dict)
-    active: int | None = None
-    error: str = ""  # why the model as a whole could not load (its config, its folder)
-
-    @property
-    def ready(self) -> frozenset[int]:
-        return frozenset(v for v, status in self.versions.items() if status.state is ModelState.READY)
-
-    @property
-    def serving(self) -> int | None:
-        """The version unversioned requests reach, when it is READY."""
-        return self.active if self.active in self.ready else None
-
-    def failure(self, version: int) -> str | None:
-        status = self.versions.get(version)
-        return status.reason if status is not None and status.state is ModelState.UNAVAILABLE else None
-
-
-def warmup_inputs(config: ModelConfig, sample) -> dict[str, np.ndarray]:
-    """Arrays for one `model_warmup` sample (zero or random data)."""
-    rng = np.random.default_rng(0)
-    arrays: dict[str, np.ndarray] = {}
-    for name, spec in sample.inputs.items():
-        shape = ([sample.batch_size] if config.max_batch_size > 0 else []) + [max(d, 1) for d in spec.dims]
-        wire = config_to_wire(spec.data_type)
-        if wire == "BYTES":
-            arrays[name] = np.full(shape, b"0", dtype=object)
-        elif spec.random_data:
-            arrays[name] = rng.random(shape).astype(numpy_dtype(wire))
-        else:
-            arrays[name] = np.zeros(shape, dtype=numpy_dtype(wire))
-    return arrays
 
 
 class ServedVersion:

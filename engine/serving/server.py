@@ -19,9 +19,10 @@ from engine.protocol.shared_memory import SharedMemoryRegistry
 from engine.serving import admission
 from engine.serving.admission import SYSTEM, Principal
 from engine.serving.devices import gpu_count
-from engine.serving.lifecycle import ModelManager, ModelState, ModelStatus, ServedVersion, VersionStatus
+from engine.serving.lifecycle import ModelManager, ServedVersion
 from engine.serving.model_loading import ModelLoader, config_override
 from engine.serving.model_services import ModelServices
+from engine.serving.model_status import ModelState, ModelStatus, VersionStatus
 from engine.serving.repository import ModelRepository
 from engine.serving.streams import ResponseStream
 from engine.settings import EngineSettings

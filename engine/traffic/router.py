@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from engine.errors import DecoupledOnly, InferaError, InvalidArgument, ModelNotFound
-from engine.serving.lifecycle import ModelManager, ModelState, ServedVersion
+from engine.serving.lifecycle import ModelManager, ServedVersion
+from engine.serving.model_status import ModelState
 from engine.serving.streams import ResponseStream, StreamTimes
 from engine.traffic.policies import TrafficPolicy, TrafficState, check_policy
 from engine.types import InferenceRequest, InferenceResponse

@@ -11,7 +11,7 @@ from console.audit.models import AuditEvent
 from console.overview import build_overview, device_gauges, formatted
 from console.registry.models import ModelVersion, RegisteredModel, VersionState
 from engine.monitoring.sampler import MetricsSampler
-from engine.serving.lifecycle import ModelState, ModelStatus, VersionStatus
+from engine.serving.model_status import ModelState, ModelStatus, VersionStatus
 from tests.engine.monitoring.stand_ins import FIXED_DEVICES, FakeClock, Served, ServedVersions, run_batch
 
 pytestmark = pytest.mark.django_db

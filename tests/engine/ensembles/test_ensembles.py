@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from engine.errors import InferaError, Unavailable
-from engine.serving.lifecycle import ModelState
+from engine.serving.model_status import ModelState
 from engine.serving.server import InferenceServer
 from engine.settings import EngineSettings
 from engine.types import InferenceRequest

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from engine.llm.metrics import LLMMetrics
 from engine.monitoring.devices import CpuSample, DeviceSample
-from engine.serving.lifecycle import ModelState
+from engine.serving.model_status import ModelState
 from engine.serving.stats import ComputeTimes, ModelStats
 
 

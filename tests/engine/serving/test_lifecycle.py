@@ -12,7 +12,8 @@ import pytest
 from engine.backends import Backend, register_backend
 from engine.config.model_config import DynamicBatching, InstanceGroup, ModelConfig, TensorConfig
 from engine.errors import BackendError, LoadError, Unavailable
-from engine.serving.lifecycle import ModelManager, ModelState
+from engine.serving.lifecycle import ModelManager
+from engine.serving.model_status import ModelState
 from engine.types import InferenceRequest
 
 

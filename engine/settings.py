@@ -142,6 +142,42 @@ class SequenceLimits:
 
 
 @dataclass(frozen=True)
+class MemoryBudgetSettings:
+    """How much memory loaded models may hold (engine.serving.memory_budget); None: no bound.
+
+    `gpu_bytes` bounds each GPU alike; `gpu_fraction` (0-1] is the share of each GPU's total memory instead.
+    """
+
+    host_bytes: int | None = None  # INFERA_MEMORY_BUDGET_MB
+    gpu_bytes: int | None = None  # INFERA_GPU_MEMORY_BUDGET given in bytes
+    gpu_fraction: float | None = None  # INFERA_GPU_MEMORY_BUDGET given as a fraction
+    cold_start_timeout_seconds: float = 60.0  # an on-demand model's first request waits this long, then 503
+
+
+def read_memory_budget(env: Mapping[str, str]) -> MemoryBudgetSettings:
+    """INFERA_MEMORY_BUDGET_MB, INFERA_GPU_MEMORY_BUDGET (bytes, or a fraction up to 1) and
+    INFERA_COLD_START_TIMEOUT_SECONDS."""
+    host_mb = read_int("INFERA_MEMORY_BUDGET_MB", 0, env)
+    gpu_bytes, gpu_fraction = None, None
+    raw = (read_text("INFERA_GPU_MEMORY_BUDGET", env) or "").strip()
+    if raw:
+        try:
+            value = float(raw)
+        except ValueError:
+            raise SettingError(
+                f"INFERA_GPU_MEMORY_BUDGET must be bytes or a fraction of each GPU, got {raw!r}"
+            ) from None
+        if value <= 0:
+            raise SettingError(f"INFERA_GPU_MEMORY_BUDGET must be over 0, got {raw!r}")
+        if value <= 1:
+            gpu_fraction = value
+        else:
+            gpu_bytes = int(value)
+    timeout = read_int("INFERA_COLD_START_TIMEOUT_SECONDS", 60, env, minimum=1, maximum=3600)
+    return MemoryBudgetSettings(host_mb << 20 if host_mb else None, gpu_bytes, gpu_fraction, float(timeout))
+
+
+@dataclass(frozen=True)
 class EngineSettings:
     """Everything the engine reads from the environment, read once."""
 
@@ -168,6 +204,7 @@ class EngineSettings:
     sequences: SequenceLimits = field(default_factory=SequenceLimits)
     http_headers: HeaderRules = field(default_factory=HeaderRules)  # INFERA_HTTP_RESTRICTED_API, ..._FORWARD_PATTERN
     grpc_headers: HeaderRules = field(default_factory=HeaderRules)  # INFERA_GRPC_RESTRICTED_PROTOCOL, ...
+    memory: MemoryBudgetSettings = field(default_factory=MemoryBudgetSettings)  # INFERA_MEMORY_BUDGET_MB, ...
 
     @property
     def anonymous_may_load_code(self) -> bool:
@@ -268,4 +305,5 @@ def read_engine_settings(environ: Mapping[str, str] | None = None) -> EngineSett
         ),
         http_headers=read_header_rules(env, "http"),
         grpc_headers=read_header_rules(env, "grpc"),
+        memory=read_memory_budget(env),
     )

@@ -2,7 +2,8 @@
 
 The console builds its own settings on top of this (console/config.py); the standalone engine reads it alone.
 Every reader is strict (engine/environment/values.py): a value that does not parse stops start-up with a message
-naming the variable. Trace and header settings are read by engine/environment/trace.py and headers.py.
+naming the variable. Trace, header and model control settings are read by engine/environment/trace.py, headers.py
+and model_control.py.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.environment.headers import HeaderRules, read_header_rules
+from engine.environment.model_control import ModelControl, read_model_control
 from engine.environment.trace import TraceLimits, TraceStartUp, read_trace_limits, read_trace_start_up
 from engine.environment.values import SettingError, read_bool, read_choice, read_int, read_text
 
@@ -204,6 +206,7 @@ class EngineSettings:
     sequences: SequenceLimits = field(default_factory=SequenceLimits)
     http_headers: HeaderRules = field(default_factory=HeaderRules)  # INFERA_HTTP_RESTRICTED_API, ..._FORWARD_PATTERN
     grpc_headers: HeaderRules = field(default_factory=HeaderRules)  # INFERA_GRPC_RESTRICTED_PROTOCOL, ...
+    model_control: ModelControl = field(default_factory=ModelControl)  # INFERA_MODEL_CONTROL_MODE, ...
     memory: MemoryBudgetSettings = field(default_factory=MemoryBudgetSettings)  # INFERA_MEMORY_BUDGET_MB, ...
 
     @property
@@ -305,5 +308,6 @@ def read_engine_settings(environ: Mapping[str, str] | None = None) -> EngineSett
         ),
         http_headers=read_header_rules(env, "http"),
         grpc_headers=read_header_rules(env, "grpc"),
+        model_control=read_model_control(env),
         memory=read_memory_budget(env),
     )

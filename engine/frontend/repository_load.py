@@ -5,6 +5,10 @@ One parser for a load's parameters, so HTTP and gRPC accept and refuse the same 
 parameter without a value is refused, as Triton refuses one that is not a string) and `file:<path>` contents
 (bytes, or base64 text), their paths normalised and checked before anyone writes a byte. Unknown parameters are
 ignored. The registry's repository control (the console) is asked first, else the engine loads by itself.
+
+Under model control mode none or poll (engine/environment/model_control.py) both are refused once parsed (as Triton),
+with Triton's text and code (UNAVAILABLE: 503, gRPC UNAVAILABLE), as its model repository manager refuses them
+whenever explicit model control is off.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.config.names import normalise_files, sent_files
-from engine.errors import InvalidArgument
+from engine.environment.model_control import ModelControl
+from engine.errors import InvalidArgument, Unavailable
 from engine.serving.admission import Principal
 from engine.serving.server import config_override
 
@@ -40,6 +45,19 @@ class RepositoryControl(Protocol):
     ) -> bool: ...
 
     async def unload(self, name: str, *, caller: Principal) -> bool: ...
+
+
+# Triton's words (core src/model_repository_manager.cc, LoadUnloadModel) whenever explicit model control is off
+CONTROL_REFUSED = "explicit model load / unload is not allowed if polling is enabled"
+
+
+def check_repository_control(control: ModelControl) -> None:
+    """Unavailable with Triton's message unless the model control mode takes repository load and unload."""
+    if not control.repository_control_open:
+        raise Unavailable(
+            f"{CONTROL_REFUSED}: this server runs with model control mode '{control.mode}' "
+            "(INFERA_MODEL_CONTROL_MODE); the console's registry decides which models serve"
+        )
 
 
 @dataclass(frozen=True)
@@ -69,6 +87,7 @@ async def load_model(
     server: InferenceServer, control: RepositoryControl | None, request: LoadRequest, caller: Principal
 ) -> None:
     """Load (or reload) the model: through the repository control when it takes the load, else in the engine."""
+    check_repository_control(server.settings.model_control)
     if control is not None:
         override = config_override(request.name, request.config)
         if await control.load(request.name, config=override, files=request.normalised, caller=caller):
@@ -80,6 +99,7 @@ async def unload_model(
     server: InferenceServer, control: RepositoryControl | None, name: str, caller: Principal
 ) -> None:
     """Unload the model: through the repository control when it takes the unload, else in the engine."""
+    check_repository_control(server.settings.model_control)
     if control is not None and await control.unload(name, caller=caller):
         return
     await server.unload_model(name, caller=caller)

@@ -32,8 +32,11 @@ max_position_embeddings capped at 2048), `max_num_seqs` (32), `max_num_batched_t
 it, its token, user or address, so no caller can time another's prompts; "shared": every caller's), `quantization`
 ("none", or "int8": the decoder's linear layers in int8 on a CPU instance, engine/llm/quantization.py),
 `default_max_tokens` (64). A request's `cache_salt` (vLLM's: a parameter of generate, a field of /v1, or in
-`sampling_parameters`) separates its prefix cache further. A request's priority is Triton's (1 the highest; 0 takes
-the config's `dynamic_batching.default_priority_level`, else 0): the scheduler serves the lower value first.
+`sampling_parameters`) separates its prefix cache further. The scheduler serves the lower priority value first
+(vLLM's rule, 0 by default): `priority` in `sampling_parameters` (where /v1 puts vLLM's field) is taken as it is, any
+whole number; otherwise Triton's request priority (1 the highest, 0 the default level) counts from the config's
+`dynamic_batching.default_priority_level` (level p is p - default, so the default level is 0 and level 1 comes first;
+without one, p itself, after the requests that give none).
 """
 
 from __future__ import annotations
@@ -189,6 +192,9 @@ class LLMBackend(Backend):
             array = request.inputs.get(name)
             if array is not None and array.size:
                 options[name] = cast(np.asarray(array).reshape(-1)[0].item())
+        priority = options.pop("priority", None)
+        if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
+            raise InvalidArgument(f"priority must be a whole number, got {priority!r}")
         salt = options.pop("cache_salt", request.parameters.get("cache_salt"))
         if salt is not None and (not isinstance(salt, str) or not salt or len(salt) > MAX_CACHE_SALT_CHARS):
             raise InvalidArgument(f"cache_salt must be a non-empty string of at most {MAX_CACHE_SALT_CHARS} characters")
@@ -223,7 +229,7 @@ class LLMBackend(Backend):
             params,
             sink,
             stop=stop,
-            priority=self._priority(request.priority),
+            priority=self._priority(request.priority) if priority is None else priority,
             grammar=grammar,
             cache_key=cache_key,
         )
@@ -237,9 +243,11 @@ class LLMBackend(Backend):
         return compile_grammar(self.tokenizer, self.runner.shape.vocab_size, spec)
 
     def _priority(self, given: int) -> int:
-        """Triton's priority (1 the highest, 0 the model's default level) as the scheduler's (lower value first)."""
+        """Triton's priority (1 the highest, 0 the model's default level) as the scheduler's (lower value first, the
+        default level 0)."""
         batching = self.config.dynamic_batching
-        return given or (batching.default_priority_level if batching is not None else 0)
+        default = batching.default_priority_level if batching is not None and batching.priority_levels > 0 else 0
+        return given - default if given else 0
 
     def _prompt_ids(self, request: InferenceRequest) -> list[int]:
         messages = _text(request, MESSAGES_INPUT)

@@ -14,7 +14,11 @@ Rules (vLLM's scheduler, Infera's own code):
   as computed); a decode takes a new block when its last one is full. When none is free, the running sequence with
   the lowest priority, then the latest arrival, among those not yet given work this step, is preempted by
   recompute: its blocks are freed and it waits at the front with its generated tokens appended to its prompt, to
-  be prefilled again (its cached blocks are often still there). A waiting sequence never preempts a running one.
+  be prefilled again (its cached blocks are often still there).
+- vLLM's "priority" policy: before a step is planned, a waiting sequence that cannot be admitted (max_num_seqs
+  running, or too few free blocks) takes the place of running sequences of a strictly lower priority (a higher
+  value), the lowest and then the latest first, so a high-priority request under a saturating low-priority load
+  starts at the next step. Equal priorities never preempt each other (arrival order holds).
 - `update_from_output(plan, sampled, now)` applies a step: computed tokens are recorded (full blocks become
   shareable), each sampling sequence gets its token and finishes on its stop or eos token ("stop"), on
   `max_tokens` or `max_model_len` ("length"). `abort` finishes a sequence ("abort") at once. A finished sequence's
@@ -251,6 +255,7 @@ class LLMScheduler:
         prefills: list[ScheduledChunk] = []
         preempted: list[Hashable] = []
         given: set[Hashable] = set()
+        self._preempt_for_waiting(preempted)
         self.running.sort(key=_running_key)
 
         for seq in list(self.running):  # decodes, highest priority first
@@ -296,6 +301,19 @@ class LLMScheduler:
         plan = StepPlan(tuple(decodes), tuple(prefills), tuple(preempted), left)
         self._in_flight = not plan.is_empty
         return plan
+
+    def _preempt_for_waiting(self, preempted: list[Hashable]) -> None:
+        """Preempt running sequences of a strictly lower priority while the first waiting one cannot be admitted."""
+        while self.waiting and self.running:
+            head = self.waiting[0]
+            victim = max(self.running, key=_running_key)
+            if victim.priority <= head.priority:
+                return
+            room = len(self.running) < self.max_num_seqs
+            if room and self.blocks.can_allocate(head.all_token_ids, head.extra_key, reserve=self.reserve):
+                return
+            self._preempt(victim)
+            preempted.append(victim.seq_id)
 
     def _make_room(self, seq: LLMSequence, given: set[Hashable], preempted: list[Hashable]) -> bool:
         """Ensure a decode's slot, preempting the lowest-priority, latest running sequences; False if it went."""

@@ -382,8 +382,7 @@ def test_a_preempted_sequence_goes_to_the_front_of_its_priority():
     sched.add_request(seq("b", [4, 5, 6], max_tokens=10))
     step(sched)
     sched.add_request(seq("c", [7], max_tokens=10))  # waits: max_num_seqs
-    sched.add_request(seq("urgent", [8], max_tokens=10, priority=-1))
-    step(sched)
+    sched.add_request(seq("urgent", [8], max_tokens=10, priority=-1))  # takes b's place (the latest of priority 0)
     plan, _ = step(sched)
     assert plan.preempted == ("b",)
     assert [c.seq_id for c in plan.prefills] == ["urgent"]  # a higher priority still comes first
@@ -417,6 +416,55 @@ def test_a_lower_priority_value_is_admitted_first_then_arrival_order():
         plan, _ = step(sched)
         order.extend(c.seq_id for c in plan.prefills)
     assert order == ["urgent", "first", "second", "late"]
+
+
+def test_a_waiting_higher_priority_takes_the_place_of_the_lowest_running():
+    sched = scheduler(max_seqs=2)
+    for name, priority in (("low", 5), ("mid", 1)):
+        sched.add_request(seq(name, [1, 2], max_tokens=50, priority=priority))
+    step(sched)
+    sched.add_request(seq("high", [3], max_tokens=50, priority=0))
+    plan, _ = step(sched)
+    assert plan.preempted == ("low",)
+    assert [c.seq_id for c in plan.decodes] == ["mid"]
+    assert [c.seq_id for c in plan.prefills] == ["high"]
+    assert [s.seq_id for s in sched.waiting] == ["low"]
+
+
+def test_a_waiting_sequence_of_the_same_priority_preempts_no_one():
+    sched = scheduler(max_seqs=1)
+    sched.add_request(seq("first", [1, 2], max_tokens=3, priority=2))
+    step(sched)
+    sched.add_request(seq("second", [3], max_tokens=3, priority=2))
+    plan, _ = step(sched)
+    assert plan.preempted == () and [c.seq_id for c in plan.decodes] == ["first"]
+    assert [s.seq_id for s in sched.waiting] == ["second"]
+
+
+def test_a_higher_priority_without_free_blocks_takes_them_from_the_lowest():
+    sched = scheduler(num_blocks=4, block_size=2, max_seqs=4, caching=False)
+    sched.add_request(seq("low", [1, 2, 3], max_tokens=4, priority=3))
+    sched.add_request(seq("later", [4, 5, 6], max_tokens=4, priority=3))  # 2 blocks each: the pool is full
+    step(sched)
+    sched.add_request(seq("high", [8, 9], max_tokens=2, priority=0))
+    plan, _ = step(sched)
+    assert plan.preempted == ("later",)  # one is enough: the latest of the lowest
+    assert [c.seq_id for c in plan.decodes] == ["low"] and [c.seq_id for c in plan.prefills] == ["high"]
+
+
+def test_high_priority_finishes_before_the_low_ones_queued_earlier():
+    sched = scheduler(max_seqs=1)
+    for i in range(4):
+        sched.add_request(seq(f"low{i}", [1, i], max_tokens=3, priority=10))
+    step(sched)
+    sched.add_request(seq("high", [2], max_tokens=3, priority=-1))
+    order = []
+    now = 0.0
+    while sched.has_work():
+        now += 1.0
+        _, outputs = step(sched, now)
+        order += [out.seq_id for out in outputs if out.finish_reason is not None]
+    assert order[0] == "high" and order[1:] == ["low0", "low1", "low2", "low3"]
 
 
 # --- prefix caching -----------------------------------------------------------------------------------------------

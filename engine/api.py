@@ -9,7 +9,8 @@
 - analysis: candidate configs of a model and the load sweep that measures them (the analyzer);
 - monitoring: the sampler, its snapshot type, `/metrics`, and several processes' snapshots merged (the cluster view);
 - front ends the runtime composes and wires in: `/v2` (ASGI and uvicorn's direct protocol), gRPC, `/v1` (OpenAI)
-  with vLLM's `/tokenize` and `/detokenize`.
+  with vLLM's `/tokenize` and `/detokenize`, and its `BudgetGate`
+  (a Principal's `Budget`s over this process's or Redis's counters).
 """
 
 from engine.config.model_config import ModelConfig
@@ -26,6 +27,7 @@ from engine.config.text_format import (
     replacing_override,
 )
 from engine.environment.headers import read_header_rules
+from engine.environment.model_control import EVERY_MODEL, read_model_control
 from engine.environment.trace import read_trace_start_up
 from engine.environment.values import SettingError, parse_bool, read_text
 from engine.errors import (
@@ -44,6 +46,8 @@ from engine.frontend.http import V2App
 from engine.frontend.lifespan import ServiceLifespan
 from engine.frontend.openai import MESSAGES_INPUT, TEXT_INPUT, TEXT_OUTPUT, TOKEN_PATHS, OpenAIApp, is_openai_path
 from engine.frontend.routes import Route
+from engine.llm.budget_redis import RedisCounters
+from engine.llm.budgets import Budget, BudgetGate
 from engine.monitoring.merge import check_snapshot, merge_figures, merge_snapshots
 from engine.monitoring.prometheus import MetricsApp, check_families
 from engine.monitoring.sampler import BACKLOG_SECONDS, MetricsSampler, Snapshot, narrow
@@ -89,6 +93,7 @@ __all__ = [
     "ANONYMOUS",
     "SYSTEM",
     "Principal",
+    "Budget",
     "Admissible",
     "MODEL_FILES",
     "RepositoryModel",
@@ -126,6 +131,8 @@ __all__ = [
     "parse_bool",
     "read_engine_settings",
     "read_header_rules",
+    "read_model_control",
+    "EVERY_MODEL",
     "read_text",
     "read_trace_start_up",
     # analysis
@@ -147,12 +154,14 @@ __all__ = [
     "merge_snapshots",
     "narrow",
     # front ends
+    "BudgetGate",
     "DirectCycle",
     "DirectRequestsProtocol",
     "DirectResponder",
     "GrpcFrontEnd",
     "MESSAGES_INPUT",
     "OpenAIApp",
+    "RedisCounters",
     "Reply",
     "Route",
     "ServiceLifespan",

@@ -11,10 +11,12 @@ console/peers/layer.py, so change notices reach it):
    this replica's heartbeat starts (console/registry/cluster: its row in the replica table, as INFERA_REPLICA_NAME);
 2. the gRPC front end listens (INFERA_GRPC_PORT; its health answers "not serving" until the engine is ready);
 3. the engine loads every model in the store;
-4. the reconciler converges the engine on the registry once (the active versions serve, traffic policies in force;
+4. under model control mode explicit, the models of --load-model (INFERA_LOAD_MODELS) are asked to serve; the
+   reconciler converges the engine on the registry once (the active versions serve, traffic policies in force;
    /v2/health/ready turns 200 at the end, so a balancer never sends traffic to a version about to be replaced),
-   then follows changes (and records the engine's automatic traffic rollbacks); the analysis runner starts taking
-   queued analyses (console/analyzer/runner.py);
+   then follows changes (and records the engine's automatic traffic rollbacks); under model control mode poll
+   the RepositoryPoller (console/registry/poller.py) applies INFERA_MODEL_REPOSITORY once, then at its interval;
+   the analysis runner starts taking queued analyses (console/analyzer/runner.py);
 5. the sampler takes a snapshot a second and publishes it to the dashboards; in a cluster (Redis, or workers) also
    to the other processes, whose snapshots it hears and merges (console/monitoring/cluster.py).
 
@@ -30,6 +32,7 @@ import logging
 import time
 from collections.abc import Awaitable
 
+from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 
 from console.accounts.inference_auth import TokenCache, make_v2_authenticator
@@ -42,14 +45,27 @@ from console.monitoring.live import GroupPublisher, cluster_enabled
 from console.peers.identity import ProcessIdentity
 from console.peers.layer import LocalPeerLayer
 from console.registry.cluster.heartbeat import Heartbeat
+from console.registry.poller import RepositoryPoller
 from console.registry.reconciler import Reconciler
+from console.registry.services.v2_actions import load_at_start_up
 from console.registry.store import store_at
 from console.registry.v2_hooks import RegistryRepositoryControl
 from engine.api import GrpcFrontEnd, InferenceServer, MetricsApp, MetricsSampler, OpenAIApp, ServiceLifespan, V2App
 
 logger = logging.getLogger("console.runtime")
 
-START_ORDER = ("peers", "credentials", "store", "heartbeat", "grpc", "engine", "reconcile", "follow", "monitoring")
+START_ORDER = (
+    "peers",
+    "credentials",
+    "store",
+    "heartbeat",
+    "grpc",
+    "engine",
+    "reconcile",
+    "poll",
+    "follow",
+    "monitoring",
+)
 
 
 class Runtime:
@@ -66,6 +82,13 @@ class Runtime:
         self.heartbeat = Heartbeat(settings.replica_name, settings.listen_address, float(settings.reconcile_seconds))
         self.reconciler = Reconciler(
             self.server, float(settings.reconcile_seconds), settings.replica_name, store=self.store
+        )
+        control = settings.engine.model_control
+        # poll mode: the watched folder, applied by one process (the first worker of a replica with workers)
+        self.poller = (
+            RepositoryPoller(control.repository, float(control.poll_seconds), self.reconciler)
+            if control.mode == "poll" and control.repository is not None and not self.identity.worker
+            else None
         )
         # an automatic traffic rollback is audited and becomes the desired state
         self.server.on_traffic_rollback = self.reconciler.traffic_rolled_back
@@ -146,11 +169,15 @@ class Runtime:
             await self.server.start(load_models=True, ready=False)
             self.started.append("engine")
             try:
+                await self._load_named_models()
                 await self.reconciler.reconcile_once()
             except Exception:  # the database may be down: the periodic pass retries
                 logger.exception("the start-up reconciliation failed; the periodic pass retries")
-            self.server.set_ready()  # the registry's active versions serve before a balancer sends traffic
             self.started.append("reconcile")
+            if self.poller is not None:
+                await self.poller.start()  # the folder's models serve before the server says it is ready
+                self.started.append("poll")
+            self.server.set_ready()  # the registry's active versions serve before a balancer sends traffic
             self.reconciler.start()
             self.analyzer.start()
             self.started.append("follow")
@@ -166,6 +193,14 @@ class Runtime:
             self.server.failed_to_start(self.startup_failure)  # ready answers 503 from now on, not "loading"
             raise
 
+    async def _load_named_models(self) -> None:
+        """Triton's --load-model: under explicit model control, the named models are asked to serve (audited)."""
+        control = self.settings.engine.model_control
+        if control.mode == "explicit" and control.load_models:
+            unknown = await database_sync_to_async(load_at_start_up)(control.load_models)
+            for name in unknown:
+                logger.error("--load-model: model '%s' is not registered; nothing to load", name)
+
     async def drain(self) -> None:
         """Begin a graceful shutdown: not ready, no model changes, no new gRPC calls, WebSockets told to go away."""
         if self.deadline is not None:
@@ -178,6 +213,9 @@ class Runtime:
         self.server.drain()
         # an analysis under way ends (FAILED), its temporary versions unloaded
         await self._within_grace("the analysis runner", self.analyzer.stop())
+        if "poll" in self.started and self.poller is not None:
+            self.started.remove("poll")
+            await self._within_grace("the repository poller", self.poller.stop())
         if "follow" in self.started:
             self.started.remove("follow")
             await self._within_grace("the reconciler", self.reconciler.stop())
@@ -216,6 +254,8 @@ class Runtime:
         if "monitoring" in self.started:
             await self.cluster_listener.stop()
             await self.sampler.stop()
+        if "poll" in self.started and self.poller is not None:
+            await self.poller.stop()
         if "follow" in self.started:
             await self.reconciler.stop()
         await self.analyzer.stop()

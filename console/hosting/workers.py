@@ -97,6 +97,12 @@ def run_workers(host: str, port: int, count: int, infera: InferaSettings, option
     for protocol in ("http", "grpc"):
         if (pattern := options.get(f"{protocol}_header_forward_pattern")) is not None:
             command += [f"--{protocol}-header-forward-pattern", pattern]
+    control = infera.engine.model_control
+    command += ["--model-control-mode", control.mode, "--repository-poll-secs", str(control.poll_seconds)]
+    for name in control.load_models:
+        command += ["--load-model", name]
+    if control.repository is not None:
+        command += ["--model-repository", str(control.repository)]
     return WorkerSupervisor(command, count, infera.replica_name).run()
 
 

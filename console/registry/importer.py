@@ -9,7 +9,7 @@ changes nothing.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,13 +42,20 @@ class ImportReport:
     failed: list[str] = field(default_factory=list)
 
 
-def import_repository(path: Path | str, actor: Any = None, log: Callable[[str], None] = print) -> ImportReport:
-    """Register every model under `path`; returns what was registered, skipped and failed."""
+def import_repository(
+    path: Path | str,
+    actor: Any = None,
+    log: Callable[[str], None] = print,
+    models: Collection[str] | None = None,
+) -> ImportReport:
+    """Register every model under `path` (only those of `models` when given); what was registered, skipped, failed."""
     root = Path(path)
     store = get_store()
     in_place = root.resolve() == store.root.resolve()
     report = ImportReport()
     for found in read_repository(root):
+        if models is not None and found.name not in models:
+            continue
         try:
             model_name_validator(found.name)
         except ValidationError as exc:

@@ -187,7 +187,7 @@ async def test_the_runtime_starts_in_its_stated_order_and_stops_in_reverse(setti
     await runtime.start()
     try:
         # gRPC is off here, and a process alone joins no peers
-        assert runtime.started == [step for step in START_ORDER if step not in ("peers", "grpc")]
+        assert runtime.started == [step for step in START_ORDER if step not in ("peers", "grpc", "poll")]
         assert (tmp_path / "new-store").is_dir() and runtime.state == "ready" and runtime.server.is_ready()
         assert runtime.sampler.running
     finally:

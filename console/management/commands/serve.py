@@ -23,7 +23,7 @@ from console.env import env_int, env_str
 from console.hosting.startup import MigrationsMissing, start_up_lock, wait_for_migrations
 from console.hosting.workers import die_with_supervisor, run_workers
 from console.peers.identity import ProcessIdentity
-from engine.api import SettingError, parse_bool, read_header_rules, read_trace_start_up
+from engine.api import SettingError, parse_bool, read_header_rules, read_model_control, read_trace_start_up
 
 
 class Command(BaseCommand):
@@ -107,6 +107,36 @@ class Command(BaseCommand):
             help="let clients register, unregister and use system shared memory regions, as Triton's flag "
             "(default: $INFERA_ALLOW_CLIENT_SHM or false)",
         )
+        parser.add_argument(
+            "--model-control-mode",
+            default=None,
+            metavar="none|poll|explicit",
+            help="Triton's model control: explicit takes /v2 and gRPC repository load/unload; none and poll refuse "
+            "them, poll also applies what changes in --model-repository (default: $INFERA_MODEL_CONTROL_MODE or "
+            "explicit)",
+        )
+        parser.add_argument(
+            "--load-model",
+            action="append",
+            default=None,
+            metavar="MODEL",
+            help="explicit mode: a registered model to load at start-up, '*' for every one (repeatable; in place "
+            "of $INFERA_LOAD_MODELS)",
+        )
+        parser.add_argument(
+            "--repository-poll-secs",
+            default=None,
+            metavar="SECONDS",
+            help="poll mode: seconds between two looks at --model-repository (default: $INFERA_REPOSITORY_POLL_SECS "
+            "or 15)",
+        )
+        parser.add_argument(
+            "--model-repository",
+            default=None,
+            metavar="FOLDER",
+            help="poll mode: the Triton-layout folder watched, its models imported into the registry (default: "
+            "$INFERA_MODEL_REPOSITORY)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         host = options["host"] or env_str("HOST") or "127.0.0.1"
@@ -130,7 +160,7 @@ class Command(BaseCommand):
                 raise CommandError(str(exc)) from None
             infera = infera.replace(shared_memory=dataclasses.replace(infera.engine.shared_memory, allowed=allowed))
         try:
-            infera = infera.replace(**header_rules(options))
+            infera = infera.replace(**header_rules(options), **model_control(options))
         except SettingError as exc:
             raise CommandError(str(exc)) from None
         if options["access_log_format"] is not None:
@@ -239,6 +269,15 @@ def header_rules(options: dict[str, Any]) -> dict[str, Any]:
         if options.get(restricted) is not None or pattern is not None:
             changes[f"{protocol}_headers"] = read_header_rules(os.environ, protocol, options.get(restricted), pattern)
     return changes
+
+
+def model_control(options: dict[str, Any]) -> dict[str, Any]:
+    """The engine's model control the flags set (each in place of its variable), as InferaSettings.replace takes it."""
+    flags = ("model_control_mode", "load_model", "repository_poll_secs", "model_repository")
+    if all(options.get(flag) is None for flag in flags):
+        return {}
+    mode, load_models, poll_seconds, repository = (options.get(flag) for flag in flags)
+    return {"model_control": read_model_control(os.environ, mode, load_models, poll_seconds, repository)}
 
 
 def shown_address(host: str, port: int) -> str:

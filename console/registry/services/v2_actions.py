@@ -10,6 +10,7 @@ from console.audit.models import AuditEvent
 from console.registry.models import ModelVersion, RegisteredModel, VersionState
 from console.registry.services.lookups import ACTIVE_POLICY
 from console.registry.services.notices import notify_changed
+from engine.api import SYSTEM
 
 
 def v2_load(actor: Any, name: str) -> list[int] | None:
@@ -33,6 +34,14 @@ def v2_load(actor: Any, name: str) -> list[int] | None:
         AuditEvent.record(actor, "v2.load", name, versions=[v.number for v in chosen])
         notify_changed(name)
     return [v.number for v in chosen]
+
+
+def load_at_start_up(names: tuple[str, ...]) -> list[str]:
+    """Triton's --load-model in explicit mode: the named registered models (`*`: every one) should serve, as a /v2
+    load by the engine (SYSTEM) would ask; the names the registry does not know, for the caller to report."""
+    if names == ("*",):
+        names = tuple(RegisteredModel.objects.order_by("name").values_list("name", flat=True))
+    return [name for name in names if v2_load(SYSTEM, name) is None]
 
 
 def v2_unload(actor: Any, name: str) -> bool:

@@ -256,3 +256,30 @@ async def test_the_shared_memory_flow_over_grpc(client):
         assert not (await client.get_system_shared_memory_status()).regions
     finally:
         shm.destroy_shared_memory_region(handle)
+
+
+async def test_it_accepts_calls_of_many_connections_on_every_acceptor_and_stops_them_all(front_end):
+    """Several grpc.aio servers share the port (ACCEPTORS) so calls reach the loop several at a time: each connection
+    lands on one of them, every one answers as the front end, and stop() closes all of them."""
+    from engine.frontend import grpc_server
+
+    extra = GrpcFrontEnd(front_end.server, GrpcSettings(port=0, shutdown_grace_seconds=1))
+    port = await extra.start()
+    assert grpc_server.ACCEPTORS > 1
+    clients = [aioclient.InferenceServerClient(f"127.0.0.1:{port}") for _ in range(8 * grpc_server.ACCEPTORS)]
+    try:
+        rows = [np.full((1, 16), i, dtype=np.int32) for i in range(len(clients))]
+        results = await asyncio.gather(
+            *(c.infer("simple", inputs_of(INPUT0=row, INPUT1=B)) for c, row in zip(clients, rows, strict=True))
+        )
+        for row, result in zip(rows, results, strict=True):
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), row + B)
+    finally:
+        await asyncio.gather(*(c.close() for c in clients))
+        await extra.stop()
+    late = aioclient.InferenceServerClient(f"127.0.0.1:{port}")
+    try:
+        with pytest.raises(InferenceServerException, match="UNAVAILABLE|failed to connect|Connection refused"):
+            await late.is_server_live()
+    finally:
+        await late.close()

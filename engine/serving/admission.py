@@ -13,6 +13,7 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from engine.backends import get_backend
 from engine.config.datatypes import config_to_wire, numpy_dtype
@@ -32,6 +33,9 @@ from engine.serving.repository import (
 )
 from engine.settings import ConfigLimits, EngineSettings
 
+if TYPE_CHECKING:
+    from engine.llm.budgets import Budget
+
 # the model files a version folder may hold, one per backend
 MODEL_FILES = tuple(MODEL_FILE_BACKENDS)
 THREAD_PARAMETERS = ("intra_op_thread_count", "inter_op_thread_count", "INTRA_OP_THREAD_COUNT", "INTER_OP_THREAD_COUNT")
@@ -41,7 +45,8 @@ THREAD_PARAMETERS = ("intra_op_thread_count", "inter_op_thread_count", "INTRA_OP
 class Principal:
     """Who asks the engine for something, and what they may do; built by whoever authenticated them.
 
-    `name` is what logs and the audit log show; `user_id` and `token_id` let the console find its records again.
+    `name` is what logs and the audit log show; `user_id` and `token_id` let the console find its records again;
+    `budgets` are the token budgets the console set on the user and the token (engine/llm/budgets.py).
     """
 
     name: str
@@ -50,6 +55,7 @@ class Principal:
     role: str = ""
     user_id: int | None = None
     token_id: int | None = None
+    budgets: tuple[Budget, ...] = ()
 
     @property
     def authenticated(self) -> bool:

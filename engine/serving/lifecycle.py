@@ -18,8 +18,10 @@ from engine.errors import LoadError, ModelNotFound, Unavailable
 from engine.schedulers.dispatcher import Dispatcher, DynamicDispatcher
 from engine.schedulers.sequence_dispatcher import SequenceDispatcher
 from engine.serving.instances import ModelInstance
+from engine.serving.memory_budget import MemoryGovernor, release_memory
 from engine.serving.model_status import ModelState, ModelStatus, VersionStatus, warmup_inputs
 from engine.serving.placement import instance_slots, open_backend
+from engine.serving.residency import Residency, ResidentInstances, ensemble_steps
 from engine.serving.stats import ModelStats
 from engine.serving.streams import StreamStats
 from engine.settings import SequenceLimits
@@ -31,10 +33,10 @@ log = logging.getLogger("infera.engine")
 SEQUENCE_DRAIN_SECONDS = 60.0
 
 
-class ServedVersion:
+class ServedVersion(ResidentInstances):
     """One loaded model version: its instances, its dispatcher, its stats and its in-flight count."""
 
-    def __init__(self, config: ModelConfig, version: int, path: Path) -> None:
+    def __init__(self, config: ModelConfig, version: int, path: Path, budget: MemoryGovernor | None = None) -> None:
         self.config = config
         self.name = config.name
         self.version = version
@@ -55,6 +57,9 @@ class ServedVersion:
         self._drained = asyncio.Event()
         self._drained.set()
         self._stop_draining = asyncio.Event()  # the server stops: live sequences are not waited for
+        self.budget = budget  # None: loaded outside the manager (an analysis), neither charged nor on demand
+        self.residency = Residency.of(config, governed=budget is not None)
+        self._opening: tuple[int, Any, SequenceLimits | None] = (0, None, None)
 
     def cancel(self) -> None:
         """Stop a load in progress at its next step (the model is being unloaded); its load() raises LoadError."""
@@ -72,6 +77,13 @@ class ServedVersion:
         if self.config.backend_name == "ensemble":
             self._load_ensemble(services)
             return
+        self._opening = (gpus, services, sequence_limits)
+        await self._bring_in()
+        self.state = ModelState.READY
+        if self.residency.on_demand:  # measured, now parked until its first request
+            await self.park()
+
+    async def _open(self, gpus: int, services: Any, sequence_limits: SequenceLimits | None) -> None:
         loop = asyncio.get_running_loop()
 
         def failed(failure: InstanceFailure) -> None:  # an instance's own thread: the state changes on the loop
@@ -98,7 +110,6 @@ class ServedVersion:
         else:
             self.dispatcher = DynamicDispatcher(self.name, self.version, self.config, self.instances, self.stats)
         self.dispatcher.start()
-        self.state = ModelState.READY
 
     def _load_ensemble(self, services: Any) -> None:
         """An ensemble has no instances: its dispatcher sends each step to its model through the server."""
@@ -164,6 +175,9 @@ class ServedVersion:
         )
 
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
+        if not self.residency.resident and self.state is ModelState.READY and self.budget is not None:
+            await self.wait_resident()
+        self.residency.touch()
         draining = self.state is ModelState.UNLOADING and self.holds_sequence(request)
         if (self.state is not ModelState.READY and not draining) or self.dispatcher is None:
             because = f": {self.reason}" if self.reason and self.state is ModelState.UNAVAILABLE else ""
@@ -179,6 +193,8 @@ class ServedVersion:
             self.inflight -= 1
             if not self.inflight:
                 self._drained.set()
+                if self.budget is not None:
+                    self.budget.idle()
         if request.stream is not None:  # the version keeps serving it until its final response
             self.open_streams += 1
             self._streams_closed.clear()
@@ -193,6 +209,9 @@ class ServedVersion:
     async def unload(self) -> None:
         """Stop new traffic, let in-flight requests finish, then release the runtime."""
         self.state = ModelState.UNLOADING
+        if self.residency.waking is not None:  # a load on demand under way stops at its next step
+            self.cancel()
+            await asyncio.wait([self.residency.waking])
         if self.live_sequences():
             # live sequences finish here (new ones start on the version that replaced this one), within a limit
             await self._wait_or_stop(self.dispatcher.sequences_ended(), "live sequences")
@@ -230,7 +249,12 @@ class ServedVersion:
         for instance in self.instances:
             await asyncio.to_thread(instance.stop)
             await asyncio.to_thread(instance.backend.unload)
+        released = bool(self.instances)
         self.instances = []
+        if self.budget is not None:
+            self.budget.released(self)
+        if released:
+            await asyncio.to_thread(release_memory)
 
 
 @dataclass
@@ -250,8 +274,16 @@ class ModelEntry:
 class ModelManager:
     """Loads, swaps and unloads model versions; the only writer of which version serves."""
 
-    def __init__(self, gpus: int = 0, services: Any = None, sequence_limits: SequenceLimits | None = None) -> None:
+    def __init__(
+        self,
+        gpus: int = 0,
+        services: Any = None,
+        sequence_limits: SequenceLimits | None = None,
+        budget: MemoryGovernor | None = None,
+    ) -> None:
         self.gpus = gpus
+        self.budget = budget or MemoryGovernor()  # unbounded unless the server sets a budget: footprints all the same
+        self.budget.needed_by_ensembles = lambda: ensemble_steps(self.models)
         self.sequence_limits = sequence_limits or SequenceLimits()  # INFERA_SEQUENCE_*, for sequence models
         self.services = services  # what model code may call on (BLS, custom metrics), handed to each instance
         self.models: dict[str, ModelEntry] = {}
@@ -297,7 +329,7 @@ class ModelManager:
                 ):
                     kept[version] = current
                     continue
-                served = ServedVersion(wanted, version, path)
+                served = ServedVersion(wanted, version, path, self.budget)
                 entry.loading.add(served)
                 try:
                     await served.load(self.gpus, self.services, self.sequence_limits)
@@ -308,6 +340,8 @@ class ModelManager:
                     entry.failures[version] = reason
                     for done in fresh:
                         await done.unload()
+                    if isinstance(exc, LoadError) and exc.about_model:  # typed already (MemoryBudgetExceeded)
+                        raise
                     raise LoadError(reason, model=name, version=version) from exc
                 finally:
                     entry.loading.discard(served)
@@ -390,7 +424,8 @@ class ModelManager:
             number: VersionStatus(number, ModelState.UNAVAILABLE, reason) for number, reason in entry.failures.items()
         }
         for number, served in entry.versions.items():
-            versions[number] = VersionStatus(number, served.state, served.reason)
+            memory = served.residency.status() if served.config.backend_name != "ensemble" else None
+            versions[number] = VersionStatus(number, served.state, served.reason, memory)
         return ModelStatus(name, dict(sorted(versions.items())), entry.active, entry.error)
 
     def forget(self, name: str) -> None:

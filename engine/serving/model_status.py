@@ -21,12 +21,39 @@ class ModelState(StrEnum):
 
 
 @dataclass(frozen=True)
+class VersionMemory:
+    """A loaded version's place in the memory budget (engine.serving.memory_budget)."""
+
+    resident: bool  # its instances are loaded (an on-demand version is READY without them until a request)
+    on_demand: bool
+    pinned: bool
+    footprint: dict[str, int]  # bytes its last load took per pool ("host", "gpu0", ...)
+    loads: int
+    last_used: float | None  # epoch seconds of its last request
+    cold_start_seconds: float | None  # its last load on demand, from the request that started it
+
+    def to_dict(self) -> dict:
+        return {
+            "resident": self.resident,
+            "on_demand": self.on_demand,
+            "pinned": self.pinned,
+            "footprint_bytes": dict(self.footprint),
+            "loads": self.loads,
+            "last_used": self.last_used,
+            "cold_start_seconds": self.cold_start_seconds,
+        }
+
+
+@dataclass(frozen=True)
 class VersionStatus:
     """Where one version stands in this engine, and why when it is not READY."""
 
     version: int
     state: ModelState
     reason: str = ""
+    memory: VersionMemory | None = field(
+        default=None, compare=False
+    )  # for a loaded version: resident or not, its footprint, its use
 
 
 @dataclass(frozen=True)

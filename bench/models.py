@@ -138,6 +138,17 @@ def config_pbtxt(model: BenchModel, kind: str = "KIND_CPU") -> str:
     return f'name: "{model.name}"\nplatform: "onnxruntime_onnx"\n' + _batching_pbtxt(model, kind) + ONNX_THREADS
 
 
+def uploaded_config_pbtxt(model: BenchModel) -> str:
+    """The config a user uploads without tuning (the default profile): tensors and `dynamic_batching { }`, with no
+    instance count, no threads and no batching window, so the server's defaults for its cores decide them."""
+    return (
+        f'name: "{model.name}"\nplatform: "onnxruntime_onnx"\nmax_batch_size: {model.max_batch_size}\n'
+        + _tensors_pbtxt("input", model.datatype, model.inputs)
+        + _tensors_pbtxt("output", model.datatype, model.outputs)
+        + "dynamic_batching { }\n"
+    )
+
+
 def python_config_pbtxt(model: BenchModel, in_process: bool) -> str:
     """A python-backend config.pbtxt with `model`'s tensors and batcher; `in_process` opts in to the server process."""
     text = f'name: "{model.name}"\nbackend: "python"\n' + _batching_pbtxt(model)
@@ -146,11 +157,13 @@ def python_config_pbtxt(model: BenchModel, in_process: bool) -> str:
     return text
 
 
-def write_repository(root: Path | str, names: list[str] | None = None, queue_delay_us: int | None = None) -> Path:
+def write_repository(
+    root: Path | str, names: list[str] | None = None, queue_delay_us: int | None = None, *, uploaded: bool = False
+) -> Path:
     """Write (or reuse, when already identical) the Triton repository of the bench models under `root`.
 
     `queue_delay_us` replaces every non-zero batcher delay (`simple` and `mlp_medium` keep 0: their targets are
-    about a lone request).
+    about a lone request); `uploaded`: the configs a user uploads without tuning (the default profile).
     """
     root = Path(root)
     for name in names or list(MODELS):
@@ -159,7 +172,8 @@ def write_repository(root: Path | str, names: list[str] | None = None, queue_del
             model = replace(model, queue_delay_us=queue_delay_us)
         folder = root / name
         folder.mkdir(parents=True, exist_ok=True)
-        write_if_changed(folder / "config.pbtxt", config_pbtxt(model).encode())
+        config = uploaded_config_pbtxt(model) if uploaded else config_pbtxt(model)
+        write_if_changed(folder / "config.pbtxt", config.encode())
         for version in range(1, model.versions + 1):
             (folder / str(version)).mkdir(exist_ok=True)
             write_if_changed(folder / str(version) / "model.onnx", build_onnx(model, version).SerializeToString())

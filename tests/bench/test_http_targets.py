@@ -66,3 +66,18 @@ def test_a_run_of_the_http_section_rewrites_the_http_target_rows_it_measured(tmp
     text = markdown.read_text()
     assert "| infera-daphne: simple c=64 vs bare echo-daphne | ≥ 0.5× | 0.60× (3600 vs 6000 req/s) | PASS |" in text
     assert kept in text  # not measured in this run (no direct ceiling): its row stays
+
+
+def test_it_holds_the_default_profile_to_the_tuned_one_on_both_bodies() -> None:
+    binary = [
+        _row(t, "mlp_small", r) | {"encoding": "binary"}
+        for t, r in (("infera-uvicorn", 10000), ("infera-default", 8000))
+    ]
+    results = RESULTS | {
+        "http": [_row("infera-uvicorn", "mlp_small", 9000), _row("infera-default", "mlp_small", 8500), *binary]
+    }
+    verdicts = {v.target: v for v in http_verdicts(results, "infera-default")}
+    json_row = verdicts["infera-default: mlp_small c=64 (json) vs the tuned profile"]
+    assert (json_row.status, json_row.goal) == ("PASS", "≥ 0.9× of infera-uvicorn")
+    assert verdicts["infera-default: mlp_small c=64 (binary) vs the tuned profile"].status == "MISS"  # 0.80×
+    assert not any("tuned profile" in v.target for v in http_verdicts(results, "infera-uvicorn"))

@@ -6,7 +6,15 @@ import numpy as np
 import onnx
 
 from bench.direct import cpu_session
-from bench.models import MLP_SMALL, SIMPLE, build_onnx, config_pbtxt, sample_inputs, write_repository
+from bench.models import (
+    MLP_SMALL,
+    SIMPLE,
+    build_onnx,
+    config_pbtxt,
+    sample_inputs,
+    uploaded_config_pbtxt,
+    write_repository,
+)
 
 
 def test_it_builds_simple_as_the_triton_quickstart_model(tmp_path):
@@ -39,3 +47,10 @@ def test_it_writes_a_triton_repository_with_the_batcher_on(tmp_path):
         tmp_path / "mlp_small" / "2" / "model.onnx"
     ).exists()
     assert "max_batch_size: 8" in config_pbtxt(SIMPLE)
+
+
+def test_it_writes_the_configs_a_user_uploads_untuned_for_the_default_profile(tmp_path):
+    write_repository(tmp_path, ["mlp_small"], uploaded=True)
+    config = (tmp_path / "mlp_small" / "config.pbtxt").read_text()
+    assert config == uploaded_config_pbtxt(MLP_SMALL) and "dynamic_batching { }" in config
+    assert not any(word in config for word in ("instance_group", "thread_count", "max_queue_delay"))

@@ -9,7 +9,8 @@
 - analysis: candidate configs of a model and the load sweep that measures them (the analyzer);
 - monitoring: the sampler, its snapshot type, `/metrics`, and several processes' snapshots merged (the cluster view);
 - front ends the runtime composes and wires in: `/v2` (ASGI and uvicorn's direct protocol), gRPC, `/v1` (OpenAI)
-  with vLLM's `/tokenize` and `/detokenize`.
+  with vLLM's `/tokenize` and `/detokenize`, and its `BudgetGate`
+  (a Principal's `Budget`s over this process's or Redis's counters).
 """
 
 from engine.config.model_config import ModelConfig
@@ -45,6 +46,8 @@ from engine.frontend.http import V2App
 from engine.frontend.lifespan import ServiceLifespan
 from engine.frontend.openai import MESSAGES_INPUT, TEXT_INPUT, TEXT_OUTPUT, TOKEN_PATHS, OpenAIApp, is_openai_path
 from engine.frontend.routes import Route
+from engine.llm.budget_redis import RedisCounters
+from engine.llm.budgets import Budget, BudgetGate
 from engine.monitoring.merge import check_snapshot, merge_figures, merge_snapshots
 from engine.monitoring.prometheus import MetricsApp, check_families
 from engine.monitoring.sampler import BACKLOG_SECONDS, MetricsSampler, Snapshot, narrow
@@ -90,6 +93,7 @@ __all__ = [
     "ANONYMOUS",
     "SYSTEM",
     "Principal",
+    "Budget",
     "Admissible",
     "MODEL_FILES",
     "RepositoryModel",
@@ -150,12 +154,14 @@ __all__ = [
     "merge_snapshots",
     "narrow",
     # front ends
+    "BudgetGate",
     "DirectCycle",
     "DirectRequestsProtocol",
     "DirectResponder",
     "GrpcFrontEnd",
     "MESSAGES_INPUT",
     "OpenAIApp",
+    "RedisCounters",
     "Reply",
     "Route",
     "ServiceLifespan",

@@ -18,12 +18,15 @@ side (openai_choices.py); streamed chunks carry their choice's index, and usage 
 choice's completion tokens. Logprobs (a completion's `logprobs: k`, a chat's `logprobs: true` and `top_logprobs:
 k`) are asked of a model whose config names an `openai_logprobs_output` (the llm backend computes them from its
 logits) and written in OpenAI's shapes (openai_logprobs.py); any other model answers 400 naming `logprobs`.
-POST /tokenize and /detokenize (vLLM's) use a model's own tokenizer (openai_tokens.py). `response_format`
-(json_object, json_schema) and vLLM's `structured_outputs` and `guided_*` fields hold the answer to a grammar
-(openai_structured.py): checked and compiled by the model's backend before any request starts, then sent to the model
-as `structured_outputs` with the sampling settings. `cache_salt` (vLLM's) goes
-to the model with the sampling settings; the caller (its token, user or address, as /v2 counts it) goes with each
-request, so the llm backend keeps its prefix cache per caller.
+POST /tokenize and /detokenize (vLLM's) use a model's own tokenizer (openai_tokens.py). `priority` (vLLM's: a whole
+number, lower served earlier, 0 by default) goes to the model with the sampling settings (the llm backend's
+scheduler admits, decodes and preempts by it). The caller's token budgets (openai_budgets.py) are checked and
+reserved before any request starts: a max_tokens above its ceiling is a 400, a budget spent a 429 with Retry-After.
+`response_format` (json_object, json_schema) and vLLM's `structured_outputs` and `guided_*` fields
+hold the answer to a grammar (openai_structured.py): checked and compiled by the model's backend before any
+request starts, then sent to the model as `structured_outputs` with the sampling settings. `cache_salt` (vLLM's)
+goes to the model with the sampling settings; the caller (its token, user or address, as /v2 counts it) goes
+with each request, so the llm backend keeps its prefix cache per caller.
 
 The same API tokens as /v2 are checked (`Authorization: Bearer <key>`) on every path here, before the body is read; a
 body is at most INFERA_OPENAI_MAX_BODY_BYTES, and every field it carries is checked by type, range and length
@@ -43,8 +46,8 @@ import numpy as np
 import orjson
 
 from engine.errors import InferaError
+from engine.frontend import openai_budgets, openai_embeddings, openai_structured, openai_tokens
 from engine.frontend import openai_fields as fields
-from engine.frontend import openai_embeddings, openai_structured, openai_tokens
 from engine.frontend.caller_limits import caller_key
 from engine.frontend.cross_site import check_same_origin
 from engine.frontend.generate import StreamReply
@@ -53,8 +56,9 @@ from engine.frontend.http import ASGIApp, Authenticate, Receive, Scope, Send, re
 from engine.frontend.openai_choices import Choice, Piece, interleaved, whole
 from engine.frontend.openai_fields import OpenAIError
 from engine.frontend.openai_logprobs import chat_logprobs, completion_logprobs
+from engine.llm.budgets import BudgetGate
 from engine.protocol import parse_json_object
-from engine.serving.admission import ANONYMOUS
+from engine.serving.admission import ANONYMOUS, Principal
 from engine.types import InferenceRequest, current_caller
 
 if TYPE_CHECKING:
@@ -71,6 +75,7 @@ TOKEN_PATHS = ("/tokenize", "/detokenize")  # vLLM's, beside /v1
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for completions
 EVENT_STREAM = b"text/event-stream; charset=utf-8"
 DONE = b"data: [DONE]\n\n"
+PRIORITY = (-(2**31), 2**31 - 1)
 
 
 def is_text_generator(config: ModelConfig) -> bool:
@@ -141,6 +146,7 @@ class Completion:
         given = fields.integer(document, "max_tokens", 1, limit)
         if chat and given is None:
             given = fields.integer(document, "max_completion_tokens", 1, limit)
+        self.asked_max_tokens = given is not None
         self.max_tokens = given if given is not None or chat else DEFAULT_MAX_TOKENS
         self.limit = self.max_tokens if self.max_tokens is not None else limit  # what the server lets run
         self.sampling = {
@@ -152,6 +158,7 @@ class Completion:
         self.stop = fields.stop_strings(document.get("stop"))
         self.structured = openai_structured.requested(document)  # (the field that asked, its constraint) or None
         self.cache_salt = document.get("cache_salt")  # vLLM's: the model checks it (the llm backend's prefix cache)
+        self.priority = fields.integer(document, "priority", *PRIORITY)  # vLLM's: lower served earlier
         self.choices: list[Choice] = []
         self.id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         self.created = int(time.time())
@@ -177,6 +184,8 @@ class Completion:
             given["structured_outputs"] = self.structured[1].as_options()
         if self.cache_salt is not None:
             given["cache_salt"] = self.cache_salt
+        if self.priority is not None:
+            given["priority"] = self.priority
         for name, dtype in SAMPLING_INPUTS.items():
             if name in given and config.input_named(name) is not None:
                 inputs[name] = _tensor([given[name]], dtype, batched)
@@ -281,17 +290,36 @@ class Completion:
         return b"data: " + orjson.dumps(payload) + b"\n\n"
 
 
-async def complete(server: InferenceServer, body: bytes, chat: bool) -> bytes | StreamReply:
-    """A completion: the whole answer as JSON, or (stream: true) a StreamReply of chunks ending in [DONE]."""
+async def complete(
+    server: InferenceServer,
+    body: bytes,
+    chat: bool,
+    gate: BudgetGate | None = None,
+    principal: Principal = ANONYMOUS,
+) -> bytes | StreamReply:
+    """A completion: the whole answer as JSON, or (stream: true) a StreamReply of chunks ending in [DONE]; held to
+    the caller's budgets when a gate is given."""
     completion = Completion(server, body, chat)
-    choices = await completion.start()
+    admission = await openai_budgets.admit(gate or BudgetGate(), principal, completion)
+    try:
+        choices = await completion.start()
+    except BaseException:
+        await admission.settle(None)
+        raise
     if not completion.stream:
-        wholes = await asyncio.gather(*(whole(choice) for choice in choices), return_exceptions=True)
-        for result in wholes:
-            if isinstance(result, BaseException):
-                completion.cancel()
-                raise result
-        return completion.answer(wholes)  # type: ignore[arg-type] - no exception is left among them
+        try:
+            wholes = await asyncio.gather(*(whole(choice) for choice in choices), return_exceptions=True)
+            for result in wholes:
+                if isinstance(result, BaseException):
+                    completion.cancel()
+                    raise result
+            return completion.answer(wholes)  # type: ignore[arg-type] - no exception is left among them
+        finally:
+            await admission.settle(openai_budgets.usage_of(completion.usage()))
+
+    def cancel() -> None:
+        completion.cancel()
+        admission.settle_soon(openai_budgets.usage_of(completion.usage()))
 
     async def chunks() -> AsyncIterator[bytes]:
         ended = 0
@@ -305,10 +333,12 @@ async def complete(server: InferenceServer, body: bytes, chat: bool) -> bytes | 
         except OpenAIError as exc:
             yield b"data: " + exc.body() + b"\n\n"
             return
+        finally:
+            admission.settle_soon(openai_budgets.usage_of(completion.usage()))
         yield DONE
 
     first = b"".join(completion.chunk(choice, role=True) for choice in choices) if chat else b""
-    return StreamReply(200, EVENT_STREAM, first, chunks(), completion.cancel)
+    return StreamReply(200, EVENT_STREAM, first, chunks(), cancel)
 
 
 def _tensor(values: list[Any], dtype: Any, batched: bool) -> np.ndarray:
@@ -349,8 +379,10 @@ class OpenAIApp:
         authenticate: Authenticate | None = None,
         trusted_origins: tuple[str, ...] = (),
         max_body_bytes: int | None = None,
+        budgets: BudgetGate | None = None,
     ) -> None:
         self.server = server
+        self.budgets = budgets if budgets is not None else BudgetGate()  # in this process unless given one
         self.fallback = fallback
         self.authenticate = authenticate
         self.trusted_origins = trusted_origins
@@ -367,7 +399,7 @@ class OpenAIApp:
         try:
             reply = await self._answer(scope, receive, path.rstrip("/"))
         except OpenAIError as exc:
-            reply = Reply(exc.status, exc.body())
+            reply = Reply(exc.status, exc.body(), headers=getattr(exc, "headers", []))
         except InferaError as exc:
             kind = "authentication_error" if exc.status == 401 else "invalid_request_error"
             reply = Reply(exc.status, OpenAIError(exc.message, exc.status, kind).body())
@@ -399,5 +431,5 @@ class OpenAIApp:
         if path in TOKEN_PATHS:
             convert = openai_tokens.tokenize if path == "/tokenize" else openai_tokens.detokenize
             return Reply(200, await convert(self.server, body))
-        answer = await complete(self.server, body, chat=path.endswith("/chat/completions"))
+        answer = await complete(self.server, body, path.endswith("/chat/completions"), self.budgets, principal)
         return answer if isinstance(answer, StreamReply) else Reply(200, answer)

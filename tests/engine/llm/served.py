@@ -17,6 +17,7 @@ import uvicorn
 
 from engine.frontend.http import V2App
 from engine.frontend.openai import OpenAIApp
+from engine.llm.budgets import BudgetGate
 from engine.serving.admission import Principal
 from engine.serving.server import InferenceServer
 from engine.settings import EngineSettings
@@ -49,12 +50,13 @@ async def serving(
     repo: Path,
     settings: EngineSettings | None = None,
     authenticate: Callable[[Any], Awaitable[Principal]] | None = None,
+    budgets: BudgetGate | None = None,
 ) -> AsyncIterator[Served]:
     """The engine over `repo` started, served on a free loopback port; a client of it; all stopped afterwards."""
     server = InferenceServer(repo, gpu_count=0, settings=settings or EngineSettings())
     await server.start(load_models=True)
     v2 = V2App(server, authenticate=authenticate)
-    app = OpenAIApp(server, v2, authenticate=authenticate)
+    app = OpenAIApp(server, v2, authenticate=authenticate, budgets=budgets)
     listener = socket.create_server(("127.0.0.1", 0))
     config = uvicorn.Config(app, lifespan="off", log_level="warning", loop="asyncio", interface="asgi3")
     web = uvicorn.Server(config)

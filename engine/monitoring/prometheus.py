@@ -18,6 +18,7 @@ from prometheus_client.utils import floatToGoString
 
 from engine.monitoring.devices import DeviceSampler
 from engine.monitoring.llm import llm_families
+from engine.monitoring.memory import memory_families
 from engine.serving.streams import FIRST_RESPONSE_BUCKETS_MS
 
 if TYPE_CHECKING:
@@ -178,6 +179,8 @@ class EngineCollector(Collector):
             yield family
         yield from _stream_families(served)
         yield from llm_families(served, _model_labels)
+        if getattr(self.server, "memory", None) is not None:
+            yield from memory_families(self.server.memory, served, _model_labels)
         yield from _traffic_families(getattr(self.server, "traffic", {}))
         restarts = Metric(
             "infera_instance_restarts",

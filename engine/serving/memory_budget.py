@@ -251,6 +251,7 @@ class MemoryGovernor:
     async def evict(self, served: Any) -> None:
         footprint = dict(served.residency.footprint)
         await served.park()
+        served.residency.evictions += 1
         self.evictions += 1
         log.info("model '%s' version %s evicted to make room in the memory budget", served.name, served.version)
         self._emit(BudgetEvent("evict", served.name, served.version, footprint))

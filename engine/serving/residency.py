@@ -37,6 +37,7 @@ class Residency:
     charged: dict[str, int] = field(default_factory=dict)  # pool -> bytes counted against the budget now
     last_used: float = 0.0  # time.monotonic() of its last request
     loads: int = 0
+    evictions: int = 0
     cold_start_seconds: float | None = None  # how long its last load on demand took, request to resident
     waiting: int = 0  # requests waiting for its load on demand
     waking: asyncio.Future | None = None  # the one load on demand under way

@@ -24,6 +24,9 @@ Structured outputs (vLLM's `structured_outputs`: {"json": a schema, "strict"?} |
 object, or its JSON text from generate); the grammar is compiled on the instance's worker thread (cached by tokenizer
 and spec, engine/llm/structured.py) and the engine holds the answer to it; one it cannot compile is a 400 naming
 `structured_outputs` and the library's reason. `compile_structured` lets the OpenAI front end check one first.
+Tools (OpenAI's tool objects, `tools` in `sampling_parameters` or a request parameter) and messages with tool calls
+and tool results are rendered by the chat template; one that renders no tools gets them in the form of the config's
+`tool_call_parser` family (default "hermes", engine/llm/tool_parsers.py).
 
 Config parameters of the engine: `max_model_len` (prompt + output tokens; default the model's
 max_position_embeddings capped at 2048), `max_num_seqs` (32), `max_num_batched_tokens` (512), `kv_block_size` (16),
@@ -55,6 +58,14 @@ from engine.backends.llm_parameters import parameter, positive, prefix_cache_per
 from engine.backends.llm_responses import COUNT_OUTPUTS, LOGPROBS_OUTPUT, TEXT_OUTPUT, ResponseSink, logprob_entry
 from engine.config.model_config import ModelConfig, TensorConfig
 from engine.errors import InferaError, InvalidArgument, LoadError
+from engine.llm.tool_parsers import (
+    TOOL_PARSER,
+    UnknownToolParser,
+    chat_messages,
+    parser_named,
+    template_messages,
+    tools_of,
+)
 from engine.types import InferenceRequest
 
 TEXT_INPUT = "text_input"
@@ -122,6 +133,10 @@ class LLMBackend(Backend):
                 "model_transaction_policy { decoupled: true }"
             )
         self.per_caller = prefix_cache_per_caller(config)
+        try:
+            parser_named(config.parameters.get(TOOL_PARSER))
+        except UnknownToolParser as exc:
+            raise LoadError(f"model '{config.name}': parameter {exc}") from None
         source = find_weights(self.version_path, config.default_model_filename)
         dtype = parameter(config, "dtype", str, "float32")
         quantization = quantization_of(config, dtype, str(self.device))
@@ -198,6 +213,7 @@ class LLMBackend(Backend):
         salt = options.pop("cache_salt", request.parameters.get("cache_salt"))
         if salt is not None and (not isinstance(salt, str) or not salt or len(salt) > MAX_CACHE_SALT_CHARS):
             raise InvalidArgument(f"cache_salt must be a non-empty string of at most {MAX_CACHE_SALT_CHARS} characters")
+        tools = tools_of(options.pop("tools", request.parameters.get("tools")))
         structured = options.pop(STRUCTURED_OUTPUTS, request.parameters.get(STRUCTURED_OUTPUTS))
         grammar = self.compile_structured(structured) if structured is not None else None
         options = {k: _number(v) for k, v in options.items()}
@@ -212,7 +228,7 @@ class LLMBackend(Backend):
             raise InvalidArgument(
                 f"n must be 1 for model '{self.config.name}' (one choice per request), got {params.n}"
             )
-        prompt = self._prompt_ids(request)
+        prompt = self._prompt_ids(request, tools)
         if len(prompt) >= self.max_model_len:
             raise InvalidArgument(
                 f"the prompt has {len(prompt)} tokens and model '{self.config.name}' takes at most "
@@ -249,19 +265,10 @@ class LLMBackend(Backend):
         default = batching.default_priority_level if batching is not None and batching.priority_levels > 0 else 0
         return given - default if given else 0
 
-    def _prompt_ids(self, request: InferenceRequest) -> list[int]:
+    def _prompt_ids(self, request: InferenceRequest, tools: list[dict[str, Any]] | None = None) -> list[int]:
         messages = _text(request, MESSAGES_INPUT)
         if messages is not None:
-            try:
-                conversation = json.loads(messages)
-            except ValueError:
-                raise InvalidArgument("messages must be a JSON list of {role, content} objects") from None
-            if not isinstance(conversation, list) or not all(
-                isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-                for m in conversation
-            ):
-                raise InvalidArgument("messages must be a JSON list of {role, content} objects")
-            return self.tokenize(messages=conversation)
+            return self.tokenize(messages=chat_messages(messages), tools=tools)
         text = _text(request, TEXT_INPUT)
         if text is None:
             raise InvalidArgument(f"model '{self.config.name}' needs '{TEXT_INPUT}' or '{MESSAGES_INPUT}'")
@@ -274,8 +281,9 @@ class LLMBackend(Backend):
     def tokenize(
         self,
         prompt: str | None = None,
-        messages: list[dict[str, str]] | None = None,
+        messages: list[dict[str, Any]] | None = None,
         *,
+        tools: list[dict[str, Any]] | None = None,
         add_special_tokens: bool | None = None,
         add_generation_prompt: bool = True,
     ) -> list[int]:
@@ -284,8 +292,10 @@ class LLMBackend(Backend):
         if messages is not None:
             if not getattr(self.tokenizer, "chat_template", None):
                 raise InvalidArgument(f"model '{self.config.name}' has no chat template: send text_input instead")
+            template = self.tokenizer.chat_template
+            messages, tools = template_messages(messages, tools, template, self.config.parameters.get(TOOL_PARSER))
             prompt = self.tokenizer.apply_chat_template(
-                messages, add_generation_prompt=add_generation_prompt, tokenize=False
+                messages, tools=tools, add_generation_prompt=add_generation_prompt, tokenize=False
             )
             add_special_tokens = bool(add_special_tokens)
         special = True if add_special_tokens is None else add_special_tokens

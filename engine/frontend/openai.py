@@ -31,6 +31,10 @@ with each request, so the llm backend keeps its prefix cache per caller.
 The same API tokens as /v2 are checked (`Authorization: Bearer <key>`) on every path here, before the body is read; a
 body is at most INFERA_OPENAI_MAX_BODY_BYTES, and every field it carries is checked by type, range and length
 (openai_fields.py) before any work is done for it.
+
+`tools` and `tool_choice` on chat completions (openai_tools.py): the model's chat template gets the tools, and its
+text is read as tool calls (its config's `tool_call_parser`); `required` or a named function hold the answer to
+the functions' schemas while it is decoded.
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ import numpy as np
 import orjson
 
 from engine.errors import InferaError
-from engine.frontend import openai_budgets, openai_embeddings, openai_structured, openai_tokens
+from engine.frontend import openai_budgets, openai_embeddings, openai_structured, openai_tokens, openai_tools
 from engine.frontend import openai_fields as fields
 from engine.frontend.caller_limits import caller_key
 from engine.frontend.cross_site import check_same_origin
@@ -122,7 +126,7 @@ class Completion:
             )
         self.messages: str | None = None  # the messages as JSON, for a model that renders its own chat template
         if chat and config.parameters.get(MESSAGES_INPUT):
-            conversation = [{"role": role, "content": text} for role, text in fields.messages(document.get("messages"))]
+            conversation = openai_tools.conversation(document.get("messages"))  # tool calls and results too
             self.messages = self.prompt = json.dumps(conversation)
         elif chat:
             self.prompt = chat_prompt(document.get("messages"))
@@ -157,6 +161,8 @@ class Completion:
         }
         self.stop = fields.stop_strings(document.get("stop"))
         self.structured = openai_structured.requested(document)  # (the field that asked, its constraint) or None
+        renders = self.messages is not None
+        self.tools = openai_tools.requested(document, config, renders, self.structured) if chat else None
         self.cache_salt = document.get("cache_salt")  # vLLM's: the model checks it (the llm backend's prefix cache)
         self.priority = fields.integer(document, "priority", *PRIORITY)  # vLLM's: lower served earlier
         self.choices: list[Choice] = []
@@ -184,6 +190,8 @@ class Completion:
             given["structured_outputs"] = self.structured[1].as_options()
         if self.cache_salt is not None:
             given["cache_salt"] = self.cache_salt
+        if self.tools is not None:
+            given |= self.tools.options()
         if self.priority is not None:
             given["priority"] = self.priority
         for name, dtype in SAMPLING_INPUTS.items():
@@ -201,6 +209,8 @@ class Completion:
         logprobs_output = config.parameters.get(LOGPROBS_OUTPUT) if self.logprobs is not None else None
         if self.structured is not None:
             await openai_structured.check(self.served, self.model, *self.structured)
+        if self.tools is not None:
+            await self.tools.check(self.served, self.model)
         try:
             for index in range(self.n):
                 stream = await self.server.infer_stream(self.request(index), self.route)
@@ -242,14 +252,17 @@ class Completion:
 
     def choice(self, choice: Choice, text: str, entries: list[dict[str, Any]]) -> dict[str, Any]:
         answer: dict[str, Any] = {"index": choice.index}
+        finish = choice.finish_reason
         if self.chat:
             answer["message"] = {"role": "assistant", "content": text}
+            if self.tools is not None:
+                answer["message"], finish = self.tools.answer(text, finish)
             if self.logprobs is not None:
                 answer["logprobs"] = self._logprobs(entries, 0)
         else:
             answer["text"] = text
             answer["logprobs"] = self._logprobs(entries, 0)
-        answer["finish_reason"] = choice.finish_reason
+        answer["finish_reason"] = finish
         return answer
 
     def answer(self, wholes: list[tuple[str, list[dict[str, Any]]]]) -> bytes:
@@ -273,7 +286,11 @@ class Completion:
         text = piece.text if piece is not None else None
         if self.chat:
             delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else {}
-            if text is not None:
+            if self.tools is not None and not role:  # text that may be a tool call is held until decided
+                delta, finish = self.tools.delta(choice.index, text, finish)
+                if not delta and finish is None and not (self.logprobs is not None and piece and piece.logprobs):
+                    return b""
+            elif text is not None:
                 delta["content"] = text
             answer: dict[str, Any] = {"index": choice.index, "delta": delta}
             if self.logprobs is not None and piece is not None:

@@ -7,8 +7,9 @@ it has a CPU wheel for this Python and needs no CUDA. outlines builds a token-le
 for large schemas, regex-only) and lm-format-enforcer walks a character parser per token in Python (slow per step).
 
 - `StructuredOutput` is what a request asks for (vLLM's `structured_outputs`: exactly one of `json`, `json_object`,
-  `regex`, `choice`, `grammar`), checked field by field; a JSON schema using a keyword xgrammar would not enforce
-  (`not`, `if`, `allOf` of several, ...) is refused, naming it: nothing a request asks for is silently ignored.
+  `regex`, `choice`, `grammar`, `structural_tag`), checked field by field; a JSON schema using a keyword xgrammar
+  would not enforce (`not`, `if`, `allOf` of several, ...) is refused, naming it: nothing asked for is silently
+  ignored.
 - `compile_grammar(tokenizer, vocab_size, spec)` compiles one for a tokenizer (a caller's thread, never the event
   loop nor the engine's step) and caches it by (tokenizer, spec), at most CACHE_ENTRIES / CACHE_BYTES; a spec the
   library cannot compile is an InvalidArgument naming the field and the library's reason.
@@ -16,6 +17,10 @@ for large schemas, regex-only) and lm-format-enforcer walks a character parser p
   (the answer ends "stop"), and is rebuilt by replaying the sequence's tokens when it missed some (`sync`).
 - `mask_logits(logits, states)` fills the bitmask of every constrained row of a step in one batched call and sets
   the logits of tokens the grammar forbids to -inf; unconstrained rows are untouched.
+
+A `structural_tag` is xgrammar's ({"type": "structural_tag", "format": ...}: tags, triggers, sequences of formats):
+what tool calls are held to (engine/llm/tool_parsers.py); each JSON schema inside it is checked and compiled as a
+`json` spec is, so its JSON has the same compact form.
 
 JSON is written compactly (no free whitespace between tokens: a model cannot pad forever); `strict` (OpenAI's)
 allows no properties or items beyond those the schema names, as xgrammar's strict mode.
@@ -39,7 +44,7 @@ if TYPE_CHECKING:
     import torch  # imported where it runs: the OpenAI front end checks specs here without loading torch
 
 FIELD = "structured_outputs"
-KINDS = ("json", "json_object", "regex", "choice", "grammar")
+KINDS = ("json", "json_object", "regex", "choice", "grammar", "structural_tag")
 CACHE_ENTRIES = 128  # compiled grammars kept, over every tokenizer
 CACHE_BYTES = 256 * 2**20
 MAX_CHOICES = 1024
@@ -136,6 +141,9 @@ class StructuredOutput:
             if not all(isinstance(c, str) and c for c in value):
                 raise InvalidStructuredOutput(name, "must hold non-empty strings")
             return cls(kind, _bounded(name, json.dumps(value, ensure_ascii=False)), False, name)
+        if kind == "structural_tag":
+            tag = _structural_tag(value, name)
+            return cls(kind, _bounded(name, json.dumps(tag, sort_keys=True, ensure_ascii=False)), strict, name)
         raise InvalidStructuredOutput(name, f"is not a kind of structured output ({', '.join(KINDS)})")
 
     def as_options(self) -> dict[str, Any]:
@@ -153,6 +161,48 @@ def _bounded(name: str, text: str) -> str:
     if len(text) > MAX_SPEC_CHARS:
         raise InvalidStructuredOutput(name, f"is {len(text)} characters long; at most {MAX_SPEC_CHARS} are taken")
     return text
+
+
+def _structural_tag(value: object, name: str) -> Mapping[str, Any]:
+    """A structural tag (or its JSON text): an object of type "structural_tag" with a "format"; its JSON schemas
+    checked as a `json` spec's."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError as exc:
+            raise InvalidStructuredOutput(name, f"is not valid JSON: {exc}") from None
+    if (
+        not isinstance(value, Mapping)
+        or value.get("type") != "structural_tag"
+        or not isinstance(value.get("format"), Mapping)
+    ):
+        raise InvalidStructuredOutput(name, 'must be an object with "type": "structural_tag" and a "format" object')
+    for path, schema in _tag_schemas(value["format"], "#/format"):
+        _check_schema(schema, name, path)
+    return value
+
+
+def _tag_schemas(node: object, path: str) -> list[tuple[str, Any]]:
+    """Every JSON schema a structural tag's formats hold, with where it stands."""
+    if isinstance(node, list):
+        return [found for index, item in enumerate(node) for found in _tag_schemas(item, f"{path}/{index}")]
+    if not isinstance(node, Mapping):
+        return []
+    if node.get("type") == "json_schema":
+        return [(f"{path}/json_schema", node.get("json_schema"))]
+    return [found for key, item in node.items() for found in _tag_schemas(item, f"{path}/{key}")]
+
+
+def _compact_tag(node: Any, strict: bool) -> Any:
+    """A structural tag whose JSON schemas (style json) are the grammars `json_grammar` writes for them."""
+    if isinstance(node, list):
+        return [_compact_tag(item, strict) for item in node]
+    if not isinstance(node, dict):
+        return node
+    if node.get("type") == "json_schema" and node.get("style", "json") == "json":
+        spec = StructuredOutput("json", json.dumps(node.get("json_schema")), strict)
+        return {"type": "grammar", "grammar": json_grammar(spec)}
+    return {key: _compact_tag(item, strict) for key, item in node.items()}
 
 
 def _check_schema(schema: object, name: str, path: str = "#") -> None:
@@ -261,6 +311,8 @@ def compile_grammar(tokenizer: Any, vocab_size: int, spec: StructuredOutput) -> 
             grammar = compiler.compile_grammar(json_grammar(spec))
         elif spec.kind == "regex":
             grammar = compiler.compile_regex(spec.spec)
+        elif spec.kind == "structural_tag":
+            grammar = compiler.compile_structural_tag(json.dumps(_compact_tag(json.loads(spec.spec), spec.strict)))
         elif spec.kind == "choice":
             choices = json.loads(spec.spec)
             grammar = compiler.compile_grammar("root ::= " + " | ".join(json.dumps(c) for c in choices))

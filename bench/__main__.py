@@ -24,6 +24,7 @@ from bench.hotswap import console_switcher, repository_switcher, run_hotswap
 from bench.http_runs import HttpPlan, Target, measure_target, write_echo_responses
 from bench.infera import LAUNCH_MODES, ConsoleHome, infera_spec, resolve_mode
 from bench.models import MLP_SMALL, MODELS, write_python_repository, write_repository
+from bench.multiplex import memory_sections
 from bench.python_runs import CONCURRENCIES, MODES, measure_python_models
 from bench.report import print_summary, write_outputs
 from bench.sequence_models import PREFERRED_BATCH_SIZES, QUEUE_DELAY_US, STRATEGIES, write_sequence_repository
@@ -54,6 +55,8 @@ SECTIONS = (
     "traffic",
     "cluster",
     "llm",
+    "footprint",
+    "multiplex",
 )
 
 
@@ -492,6 +495,10 @@ def main(argv: list[str] | None = None) -> int:
                 lambda: llm.llm_section(workdir, max(args.seconds, 20.0), args.infera_launch),
             )
             results["llm"].update(date=results["date"], command=results["command"])
+        for name, (title, run) in memory_sections(workdir).items():
+            if name in args.sections:
+                results[name] = guarded(title, run)
+                results[name].update(date=results["date"], command=results["command"])
     finally:
         scripts.close()
         shutil.rmtree(workdir, ignore_errors=True)

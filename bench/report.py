@@ -11,6 +11,7 @@ from bench.generation import MARKERS as GENERATION_MARKERS
 from bench.report_cells import section_or_reason, short, table
 from bench.report_comparisons import ensemble_text, python_text, sequences_text, traffic_text
 from bench.report_llm import LLM_HEADING, llm_text
+from bench.report_memory import FOOTPRINT_HEADING, MULTIPLEX_HEADING, footprint_text, multiplex_text
 from bench.report_throughput import (
     cluster_text,
     dashboards_text,
@@ -50,6 +51,8 @@ SECTION_HEADINGS = {
     "traffic": (TRAFFIC_HEADING,),
     "cluster": (CLUSTER_HEADING,),
     "llm": (LLM_HEADING,),
+    "footprint": (FOOTPRINT_HEADING,),
+    "multiplex": (MULTIPLEX_HEADING,),
     "gpu": (GPU_HEADING,),  # written by `python -m bench --gpu-results FILE`, measured on a GPU machine
 }
 
@@ -79,6 +82,8 @@ def section_renderers(results: dict) -> dict[str, Callable[[], str]]:
         TRAFFIC_HEADING: lambda: section_or_reason(results.get("traffic"), traffic_text),
         CLUSTER_HEADING: lambda: section_or_reason(results.get("cluster"), cluster_text),
         LLM_HEADING: lambda: section_or_reason(results.get("llm"), llm_text),
+        FOOTPRINT_HEADING: lambda: section_or_reason(results.get("footprint"), footprint_text),
+        MULTIPLEX_HEADING: lambda: section_or_reason(results.get("multiplex"), multiplex_text),
         GPU_HEADING: lambda: gpu_text(results.get("gpu")),
     }
     if PROFILE_NOTE.exists():

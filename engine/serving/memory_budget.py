@@ -250,7 +250,8 @@ class MemoryGovernor:
 
     async def evict(self, served: Any) -> None:
         footprint = dict(served.residency.footprint)
-        await served.park()
+        async with self._measuring:  # what it frees must not show in the delta of a load measured meanwhile
+            await served.park()
         served.residency.evictions += 1
         self.evictions += 1
         log.info("model '%s' version %s evicted to make room in the memory budget", served.name, served.version)

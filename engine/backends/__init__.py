@@ -20,6 +20,7 @@ _BUILTIN_MODULES = {
     "ensemble": "engine.backends.ensemble",
     "llm": "engine.backends.llm",
     "encoder": "engine.backends.encoder",
+    "lora": "engine.backends.lora",
 }
 _registry: dict[str, type[Backend]] = {}
 

@@ -120,6 +120,7 @@ class LLMBackend(Backend):
         )
 
     def load(self) -> None:
+        from engine.llm.adapters import register_base
         from engine.llm.engine_loop import LLMEngine
         from engine.llm.kv_blocks import BlockManager
         from engine.llm.model_runner import ModelRunner
@@ -175,6 +176,7 @@ class LLMBackend(Backend):
         self.max_model_len = max_model_len
         self.engine = LLMEngine(runner, scheduler, config.name, _eos_ids(runner), on_failure=self.report_failure)
         self.engine.start()
+        register_base(self.context.services, config.name, self)  # where LoRA adapter models find it
 
     # --- requests -----------------------------------------------------------------------------------------------
     def prepare_requests(self, requests: list[InferenceRequest]) -> list[Any]:

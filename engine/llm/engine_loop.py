@@ -83,6 +83,7 @@ class GenerationRequest:
     priority: int = 0
     grammar: Any = None  # a compiled grammar (engine/llm/structured.py) the answer follows; None: free text
     cache_key: Hashable = None  # whose prefix cache it reads and fills (a caller and a salt); None: everyone's
+    adapter: int = 0  # its LoRA adapter's slot in the runner's LoRASet (engine/llm/adapters.py); 0: the base alone
     request_id: Hashable = None  # set by `submit`
     arrival: float | None = None  # set by `submit`, on the engine's clock
 
@@ -203,6 +204,11 @@ class LLMEngine:
                 raise
         for request_id in cancelled:
             self._abort(request_id)
+
+    def adapter_of(self, seq_id: Hashable) -> int:
+        """The LoRA adapter slot of a live sequence (0: none); the runner asks on the engine's thread."""
+        live = self._live.get(seq_id)
+        return live.request.adapter if live is not None else 0
 
     def _admit(self, request: GenerationRequest) -> None:
         params = request.params

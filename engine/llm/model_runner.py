@@ -205,6 +205,7 @@ class ModelRunner:
         )
         self.dtype = next(model.parameters()).dtype
         self.cache: PagedKVCache | None = None
+        self.lora: Any = None  # engine.llm.adapters.LoRASet once a LoRA adapter is added on this model
 
     @classmethod
     def load(
@@ -243,6 +244,8 @@ class ModelRunner:
                 sampling.append(chunk.seq_id)
                 rows.append(len(tokens) - 1)
         step = step_inputs(plan, self.cache, self.device)
+        if self.lora is not None:
+            self.lora.begin_step(plan.chunks)  # each adapter's rows of this step, for its hooks
         ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
         position_ids = torch.tensor([positions], dtype=torch.long, device=self.device)
         hidden = self.inner.embed_tokens(ids)

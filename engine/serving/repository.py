@@ -34,6 +34,8 @@ MODEL_FILE_BACKENDS: dict[str, tuple[str, str]] = {
     "model.gguf": ("llm", ""),
 }
 LLM_BACKEND = ("llm", "")  # a Hugging Face folder's backend (config.json and *.safetensors, no model file)
+ENCODER_BACKEND = ("encoder", "")  # a sentence-transformers folder's (a Hugging Face folder with modules.json)
+LORA_BACKEND = ("lora", "")  # a PEFT adapter's (adapter_config.json and adapter_model.safetensors)
 _SUFFIX_BACKENDS = {Path(name).suffix: found for name, found in MODEL_FILE_BACKENDS.items()}
 
 
@@ -189,7 +191,10 @@ def _backend_from_files(version_path: Path | None, config: ModelConfig) -> tuple
         raise InvalidArgument(f"{subject}: no version folder to tell the backend from; set 'backend' in the config")
     present = [file for file in MODEL_FILE_BACKENDS if (Path(version_path) / file).exists()]
     if not present and holds_hf_folder(Path(version_path)):
-        return LLM_BACKEND
+        folder = Path(version_path)
+        if holds_adapter(folder):
+            return LORA_BACKEND
+        return ENCODER_BACKEND if (folder / "modules.json").is_file() else LLM_BACKEND
     if not present:
         raise InvalidArgument(
             f"{subject}: version folder '{Path(version_path).name}' holds none of "
@@ -204,8 +209,14 @@ def _backend_from_files(version_path: Path | None, config: ModelConfig) -> tuple
 
 
 def holds_hf_folder(folder: Path) -> bool:
-    """The folder is a Hugging Face model's (its config.json beside *.safetensors weights): the llm backend's."""
-    return (folder / "config.json").is_file() and any(folder.glob("*.safetensors"))
+    """The folder is a Hugging Face model's (its config.json beside *.safetensors weights: the llm backend's, or the
+    encoder backend's with sentence-transformers' modules.json) or a PEFT adapter's (the lora backend's)."""
+    return ((folder / "config.json").is_file() and any(folder.glob("*.safetensors"))) or holds_adapter(folder)
+
+
+def holds_adapter(folder: Path) -> bool:
+    """The folder is a PEFT LoRA adapter's: adapter_config.json beside adapter_model.safetensors."""
+    return (folder / "adapter_config.json").is_file() and (folder / "adapter_model.safetensors").is_file()
 
 
 def _pytorch_platform(version_path: Path | None) -> str:

@@ -128,6 +128,19 @@ def test_it_infers_the_backend_from_the_model_file(tmp_path: Path, file: str, ba
     assert infer_backend(version, ModelConfig(name="m")) == backend
 
 
+@pytest.mark.parametrize(
+    ("files", "backend"),
+    [
+        (("config.json", "model.safetensors", "tokenizer.json"), "llm"),
+        (("config.json", "model.safetensors", "modules.json"), "encoder"),  # a sentence-transformers folder
+        (("adapter_config.json", "adapter_model.safetensors"), "lora"),  # a PEFT adapter
+    ],
+)
+def test_it_infers_the_backend_of_a_hugging_face_folder(tmp_path: Path, files: tuple[str, ...], backend: str) -> None:
+    version = make_folder(tmp_path, "m/1", files)
+    assert infer_backend(version, ModelConfig(name="m")) == backend
+
+
 def test_it_prefers_the_backend_the_config_names(tmp_path: Path) -> None:
     version = make_folder(tmp_path, "m/1", ("model.onnx",))
     assert infer_backend(version, ModelConfig(name="m", backend="python")) == "python"

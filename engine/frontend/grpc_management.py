@@ -11,10 +11,15 @@ from typing import TYPE_CHECKING, Any
 
 from google.protobuf import json_format
 
-from engine.config.names import check_model_name
 from engine.frontend import extensions
 from engine.frontend.grpc_calls import Call
-from engine.frontend.repository_load import RepositoryControl, load_model, parse_load_request, unload_model
+from engine.frontend.repository_load import (
+    RepositoryControl,
+    check_load_name,
+    load_model,
+    parse_load_request,
+    unload_model,
+)
 from engine.protocol.grpc_codec import parameter_value, parameters_of
 from engine.serving.admission import Principal, may_not_change
 
@@ -35,14 +40,14 @@ class ManagementCalls:
         return json_format.ParseDict({"models": rows}, response(), ignore_unknown_fields=True)
 
     async def rpc_RepositoryModelLoad(self, request: Any, call: Call, response: type) -> Any:  # noqa: N802
-        name = check_model_name(request.model_name)
+        name = check_load_name(request.model_name)
         self._check_may_change(call.principal, name)
         load = parse_load_request(name, parameters_of(request.parameters))
         await load_model(self.server, self.repository_control, load, call.principal)
         return response()
 
     async def rpc_RepositoryModelUnload(self, request: Any, call: Call, response: type) -> Any:  # noqa: N802
-        name = check_model_name(request.model_name)
+        name = check_load_name(request.model_name)
         self._check_may_change(call.principal, name)
         await unload_model(self.server, self.repository_control, name, call.principal)
         return response()

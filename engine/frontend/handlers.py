@@ -11,11 +11,16 @@ from typing import Any
 import orjson
 
 from engine.config.model_config import ModelConfig
-from engine.config.names import check_model_name
 from engine.errors import InferaError, InvalidArgument
 from engine.frontend import extensions
 from engine.frontend.generate import StreamReply, answer_once, generate_request, stream_reply
-from engine.frontend.repository_load import RepositoryControl, load_model, parse_load_request, unload_model
+from engine.frontend.repository_load import (
+    RepositoryControl,
+    check_load_name,
+    load_model,
+    parse_load_request,
+    unload_model,
+)
 from engine.frontend.routes import Route, parse_version
 from engine.protocol import (
     ConfigChoice,
@@ -290,14 +295,14 @@ def repository_index(server: InferenceServer, incoming: Incoming) -> Reply:
 async def repository_load(server: InferenceServer, incoming: Incoming) -> Reply:
     """Load or reload a model, with Triton's `config` override and `file:<version>/<name>` contents (parsed as gRPC
     parses them, engine/frontend/repository_load.py)."""
-    name = check_model_name(incoming.route.model)
+    name = check_load_name(incoming.route.model)
     request = parse_load_request(name, _parameters(_optional_json(incoming)))
     await load_model(server, incoming.repository_control, request, incoming.principal)
     return EMPTY_OK
 
 
 async def repository_unload(server: InferenceServer, incoming: Incoming) -> Reply:
-    name = check_model_name(incoming.route.model)
+    name = check_load_name(incoming.route.model)
     _parameters(_optional_json(incoming))
     await unload_model(server, incoming.repository_control, name, incoming.principal)
     return EMPTY_OK

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any, Protocol
 
-from engine.config.names import normalise_files, sent_files
+from engine.config.names import check_model_name, normalise_files, sent_files
 from engine.environment.model_control import ModelControl
 from engine.errors import InvalidArgument, Unavailable
 from engine.serving.admission import Principal
@@ -58,6 +58,24 @@ def check_repository_control(control: ModelControl) -> None:
             f"{CONTROL_REFUSED}: this server runs with model control mode '{control.mode}' "
             "(INFERA_MODEL_CONTROL_MODE); the console's registry decides which models serve"
         )
+
+
+def check_load_name(name: object) -> str:
+    """The model name of a repository load or unload; an invalid one is refused as any model name is, after
+    Triton's words where it has some (core model_repository_manager.cc, ValidateModelName: empty, a path)."""
+    try:
+        return check_model_name(name)
+    except InvalidArgument as exc:
+        trimmed = name.strip() if isinstance(name, str) else None
+        if trimmed == "":
+            raise InvalidArgument(
+                f"Model name cannot be empty. Please enter a valid name to deploy. ({exc.message})"
+            ) from None
+        if trimmed is not None and (trimmed == ".." or "/" in trimmed):
+            raise InvalidArgument(
+                f"invalid model name '{name}', model name must not contain path traversal characters ({exc.message})"
+            ) from None
+        raise
 
 
 @dataclass(frozen=True)

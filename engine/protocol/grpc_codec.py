@@ -3,6 +3,8 @@
 A ModelInferRequest becomes the same document an HTTP body parses into (inference_request.py): each input's
 bytes from `raw_input_contents` go under RAW, its typed element lists under TYPED, and from there the checks and the
 arrays are the HTTP ones. Responses carry every output in `raw_output_contents`, as Triton's own server does.
+A request that mixes raw and typed contents, typed lists of another type, or contents with shared memory is refused
+with Triton's words first (server src/grpc/infer_handler.cc), Infera's explanation after them.
 """
 
 from __future__ import annotations
@@ -37,7 +39,19 @@ CONTENTS_FIELD = {
     "FP64": "fp64_contents",
     "BYTES": "bytes_contents",
 }
-CONTENTS_FIELDS = tuple(sorted(set(CONTENTS_FIELD.values())))
+# every list, in the order Triton reads them; each one's own datatype (int_contents and uint_contents also carry the
+# 8- and 16-bit integers)
+CONTENTS_TYPE = {
+    "bool_contents": "BOOL",
+    "int_contents": "INT32",
+    "int64_contents": "INT64",
+    "uint_contents": "UINT32",
+    "uint64_contents": "UINT64",
+    "fp32_contents": "FP32",
+    "fp64_contents": "FP64",
+    "bytes_contents": "BYTES",
+}
+CONTENTS_FIELDS = tuple(CONTENTS_TYPE)
 _INT64_MAX = 2**63 - 1
 _EMPTY = memoryview(b"")
 
@@ -77,13 +91,19 @@ def decode_grpc_request(
 ) -> InferenceRequest:
     """The InferenceRequest a ModelInferRequest describes, checked against the served version's config."""
     raw = message.raw_input_contents
-    if raw and len(raw) != len(message.inputs):
-        raise InvalidArgument(
-            f"the request has {len(raw)} raw_input_contents for {len(message.inputs)} inputs: "
-            "send one per input, in the order of the inputs"
+    # as Triton: raw_input_contents hold, in order, the inputs that name no shared memory region
+    in_message = [t for t in message.inputs if "shared_memory_region" not in t.parameters]
+    if raw and len(raw) != len(in_message):
+        explanation = (
+            f"the request has {len(raw)} raw_input_contents for {len(in_message)} inputs outside shared memory: "
+            "send one per such input, in the order of the inputs"
         )
+        if len(raw) < len(in_message):
+            explanation = f"{_no_data(in_message[len(raw)].name, model_name)} ({explanation})"
+        raise InvalidArgument(explanation)
     inputs = []
-    for index, tensor in enumerate(message.inputs):
+    next_raw = 0
+    for tensor in message.inputs:
         entry: dict[Any, Any] = {
             "name": tensor.name,
             "datatype": tensor.datatype,
@@ -91,12 +111,22 @@ def decode_grpc_request(
             "parameters": parameters_of(tensor.parameters),
         }
         used = [field for field in CONTENTS_FIELDS if len(getattr(tensor.contents, field))]
-        if raw:
+        if "shared_memory_region" in entry["parameters"]:
             if used:
-                raise InvalidArgument(f"input '{tensor.name}' has both raw_input_contents and '{used[0]}'")
-            entry[RAW] = memoryview(raw[index])
-        elif "shared_memory_region" not in entry["parameters"] or used:
-            entry[TYPED] = _typed_contents(tensor, used)
+                raise InvalidArgument(
+                    "unexpected 'content' provided when using shared memory for input tensor "
+                    f"'{tensor.name}' for model '{model_name}': it also names a shared memory region"
+                )
+        elif raw:
+            if used:
+                raise InvalidArgument(
+                    "contents field must not be specified when using raw_input_contents for "
+                    f"'{tensor.name}' for model '{model_name}': it also has '{used[0]}'"
+                )
+            entry[RAW] = memoryview(raw[next_raw])
+            next_raw += 1
+        else:
+            entry[TYPED] = _typed_contents(tensor, used, model_name)
         inputs.append(entry)
     document: dict[str, Any] = {
         "id": message.id,
@@ -112,16 +142,32 @@ def decode_grpc_request(
     )
 
 
-def _typed_contents(tensor: Any, used: list[str]) -> tuple[str, Any]:
-    wanted = CONTENTS_FIELD.get(tensor.datatype)
-    if wanted is None and tensor.datatype in ("FP16", "BF16"):
-        raise InvalidArgument(f"input '{tensor.name}' of datatype {tensor.datatype} must be sent in raw_input_contents")
-    wrong = [field for field in used if field != wanted]
-    if wrong and wanted is not None:
+def _typed_contents(tensor: Any, used: list[str], model_name: str) -> tuple[str, Any]:
+    """The one typed list of a tensor, checked as Triton checks it: of the tensor's datatype, and only one."""
+    datatype = tensor.datatype
+    wanted = CONTENTS_FIELD.get(datatype)
+    if len(used) > 1:
         raise InvalidArgument(
-            f"input '{tensor.name}' of datatype {tensor.datatype} carries '{wrong[0]}'; it travels in '{wanted}'"
+            f"unexpected explicit tensor data for input tensor '{tensor.name}' for model '{model_name}', binary "
+            f"data was already supplied. (it carries both '{used[0]}' and '{used[1]}')"
+        )
+    if used and used[0] != wanted:
+        carried = CONTENTS_TYPE[used[0]]
+        raise InvalidArgument(
+            f"unexpected explicit tensor data for input tensor '{tensor.name}' for model '{model_name}' of type "
+            f"'{carried}', expected datatype '{datatype}' (input '{tensor.name}' of datatype {datatype} carries "
+            f"'{used[0]}'; it travels in " + (f"'{wanted}')" if wanted else "raw_input_contents only)")
+        )
+    if wanted is None and datatype in ("FP16", "BF16"):
+        raise InvalidArgument(
+            f"{_no_data(tensor.name, model_name)} (input '{tensor.name}' of datatype {datatype} must be sent in "
+            "raw_input_contents)"
         )
     return (wanted or "contents"), (getattr(tensor.contents, wanted) if wanted else [])
+
+
+def _no_data(tensor: str, model_name: str) -> str:
+    return f"unable to find data for input tensor '{tensor}' for model '{model_name}' in request."
 
 
 def encode_grpc_response(

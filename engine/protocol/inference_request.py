@@ -253,22 +253,22 @@ def _decode_inputs(
                     continue
         name, datatype, shape, parameters = _input_header(entry)
         if name in inputs:
-            raise InvalidArgument(f"input '{name}' appears more than once in the request")
+            raise InvalidArgument(f"input '{name}' already exists in request: it appears more than once in the request")
         spec = specs.get(name)
         if spec is None:
             raise InvalidArgument(f"unexpected inference input '{name}' for model '{config.name}'")
         batches[name] = checked_batch(spec, datatype, shape)
         if not parameters and "data" in entry and RAW not in entry and TYPED not in entry:
-            inputs[name] = array_from_json(name, datatype, shape, entry["data"])  # the usual JSON input
+            inputs[name] = array_from_json(name, datatype, shape, entry["data"], config.name)  # the usual JSON input
             continue
         size = parameters.get("binary_data_size")
         if "shared_memory_region" in parameters:
             if "data" in entry or size is not None or RAW in entry or TYPED in entry:
                 raise InvalidArgument(f"input '{name}' has both shared memory and data of its own")
             region, start, size = shared_memory_range(shared_memory, name, parameters)
-            array = array_from_binary(name, datatype, shape, region.read(start, size, name))
+            array = array_from_binary(name, datatype, shape, region.read(start, size, name), config.name)
         elif RAW in entry:
-            array = array_from_binary(name, datatype, shape, entry[RAW])
+            array = array_from_binary(name, datatype, shape, entry[RAW], config.name)
         elif TYPED in entry:
             array = array_from_typed(name, datatype, shape, *entry[TYPED])
         elif size is not None:
@@ -281,10 +281,10 @@ def _decode_inputs(
                     f"input '{name}' has binary_data_size {size} but only {len(binary) - offset} bytes "
                     "of binary data remain in the body"
                 )
-            array = array_from_binary(name, datatype, shape, binary[offset : offset + size])
+            array = array_from_binary(name, datatype, shape, binary[offset : offset + size], config.name)
             offset += size
         elif "data" in entry:
-            array = array_from_json(name, datatype, shape, entry["data"])
+            array = array_from_json(name, datatype, shape, entry["data"], config.name)
         else:
             raise InvalidArgument(f"input '{name}' has neither 'data' nor 'binary_data_size'")
         inputs[name] = array  # in the config's dims; the backend applies any `reshape`
@@ -337,7 +337,7 @@ def _requested_outputs(
         if config.output_named(name) is None:
             raise InvalidArgument(f"unexpected inference output '{name}' for model '{config.name}'")
         if name in seen:
-            raise InvalidArgument(f"output '{name}' is requested more than once")
+            raise InvalidArgument(f"output '{name}' already exists in request: it is requested more than once")
         seen.add(name)
         parameters = _parameters(entry.get("parameters"), f"output '{name}'")
         if "binary_data" in parameters and not isinstance(parameters["binary_data"], bool):

@@ -19,7 +19,9 @@ A request holds the regions it names from its decoding to its answer (`CallerReg
 region a request holds does what Triton's shared memory manager does: the region stays registered (listed, usable,
 its name taken) until the last such request ends, then it goes. Its descriptor is closed once it is gone and no copy
 still uses it. Keys under Triton's reserved prefix (`triton_python_backend_shm_region_`, its python backend's own
-regions) are refused with Triton's message.
+regions) are refused with Triton's message. Offsets and sizes past a region's end, or past its object's at
+registration, are refused with Triton's words first ("Invalid offset + byte size for shared memory region", "failed
+to register shared memory region '<name>': invalid args"), Infera's explanation after them.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ NAME_MAX = 255  # the longest file name /dev/shm holds: a longer key names no ob
 MAX_NAME_CHARS = 256  # a region's name, kept as long as the region is
 # Triton keeps keys under this prefix for the regions its python backend makes (server's common.h)
 RESERVED_KEY_PREFIX = "triton_python_backend_shm_region_"
+SIZE_MAX = 2**64 - 1  # Triton's size_t: an offset and byte_size summing past it are its "integer overflow"
 # a request copying more than this (all its tensors together) is decoded or encoded on a worker thread, not the loop
 LOOP_COPY_BYTES = 256 * 1024
 T = TypeVar("T")
@@ -138,12 +141,22 @@ class Region:
                 self._close()
 
     def check_range(self, offset: int, byte_size: int, tensor: str) -> None:
-        """Refuse bytes past the region's end (400, naming the tensor and the region)."""
-        if offset < 0 or byte_size < 0 or offset + byte_size > self.byte_size:
+        """Refuse bytes past the region's end (400, naming the tensor and the region) with Triton's words first
+        (server src/shared_memory_manager.cc, GetMemoryInfo), in its order: the offset, an overflow, the end."""
+        if 0 <= offset < self.byte_size and 0 <= byte_size and offset + byte_size <= self.byte_size:
+            return
+        uses = (
+            f"tensor '{tensor}' uses bytes {offset} to {offset + byte_size} of shared memory region '{self.name}', "
+            f"which holds {self.byte_size} bytes"
+        )
+        if offset < 0 or offset >= self.byte_size:
+            raise InvalidArgument(f"Invalid offset for shared memory region: '{self.name}' ({uses})")
+        if byte_size > SIZE_MAX - offset:
             raise InvalidArgument(
-                f"tensor '{tensor}' uses bytes {offset} to {offset + byte_size} of shared memory region "
-                f"'{self.name}', which holds {self.byte_size} bytes"
+                f"Integer overflow detected: byte_size ({byte_size}) + offset ({offset}) exceeds maximum value "
+                f"({SIZE_MAX}) for region '{self.name}' ({uses})"
             )
+        raise InvalidArgument(f"Invalid offset + byte size for shared memory region: '{self.name}' ({uses})")
 
     @contextmanager
     def _descriptor(self) -> Iterator[int]:
@@ -206,8 +219,8 @@ class SharedMemoryRegistry:
             )
         if offset < 0 or byte_size <= 0:
             raise InvalidArgument(
-                f"failed to register shared memory region '{name}': offset must be 0 or more and byte_size more "
-                f"than 0, got {offset} and {byte_size}"
+                f"failed to register shared memory region '{name}': invalid args (offset must be 0 or more and "
+                f"byte_size more than 0, got {offset} and {byte_size})"
             )
         if byte_size > self.limits.max_region_bytes:
             raise RegionTooLarge(
@@ -233,8 +246,8 @@ class SharedMemoryRegistry:
                 self._check_object(key, path, status, owner, identity)
                 if offset + byte_size > status.st_size:
                     raise InvalidArgument(
-                        f"failed to register shared memory region '{name}': offset {offset} and byte_size "
-                        f"{byte_size} pass the end of '{key}', which holds {status.st_size} bytes"
+                        f"failed to register shared memory region '{name}': invalid args (offset {offset} and "
+                        f"byte_size {byte_size} pass the end of '{key}', which holds {status.st_size} bytes)"
                     )
             except BaseException:
                 os.close(descriptor)
@@ -268,7 +281,10 @@ class SharedMemoryRegistry:
             if region is not None and hold:
                 region.requests += 1
         if region is None:
-            raise InvalidArgument(f"tensor '{tensor}' names shared memory region '{name}', which is not registered")
+            raise InvalidArgument(
+                f"Unable to find shared memory region: '{name}' (tensor '{tensor}' names shared memory region "
+                f"'{name}', which is not registered)"
+            )
         return region
 
     def let_go(self, region: Region, caller: Principal) -> None:

@@ -38,22 +38,25 @@ def element_count(shape: list[int]) -> int:
     return prod(shape)
 
 
-def array_from_json(name: str, datatype: str, shape: list[int], data: Any) -> np.ndarray:
-    """Build the tensor of input `name` from its JSON `data` (flat or nested lists)."""
+def array_from_json(name: str, datatype: str, shape: list[int], data: Any, model: str = "") -> np.ndarray:
+    """Build the tensor of input `name` (of `model`) from its JSON `data` (flat or nested lists)."""
     if datatype in BINARY_ONLY_TYPES:
         raise InvalidArgument(f"input '{name}' of datatype {datatype} must be sent as binary data")
     if not isinstance(data, list):
         raise InvalidArgument(f"input '{name}' expects 'data' to be a list")
     count = element_count(shape)
     if datatype == "BYTES":
-        values = _flatten_strings(name, data, count)
-        _check_count(name, shape, len(values), count)
+        values = _flatten_strings(name, data, count, model)
+        if len(values) != count:
+            raise InvalidArgument(
+                f"{_fewer_strings(name, model, count, len(values))} ({_count_text(name, shape, len(values), count)})"
+            )
         array = np.empty(len(values), dtype=object)
         array[:] = values
         return array.reshape(shape)
     flat = not data or type(data[0]) is not list
     if not flat and _depth(data) > MAX_JSON_DEPTH:
-        raise InvalidArgument(f"input '{name}' has 'data' nested deeper than {MAX_JSON_DEPTH} levels")
+        raise InvalidArgument(_too_deep(name))
     try:
         values = np.asarray(data)  # C loop over the list; ragged nesting raises ValueError
     except (ValueError, TypeError, OverflowError):
@@ -94,7 +97,7 @@ def _depth(data: list[Any]) -> int:
     return depth
 
 
-def _flatten_strings(name: str, data: list[Any], limit: int) -> list[bytes]:
+def _flatten_strings(name: str, data: list[Any], limit: int, model: str = "") -> list[bytes]:
     """Flatten nested lists of strings to UTF-8 bytes, stopping past `limit` elements or MAX_JSON_DEPTH levels."""
     out: list[bytes] = []
     stack = [iter(data)]
@@ -103,10 +106,12 @@ def _flatten_strings(name: str, data: list[Any], limit: int) -> list[bytes]:
             if isinstance(item, str):
                 out.append(item.encode("utf-8", "surrogatepass"))
                 if len(out) > limit:
-                    raise InvalidArgument(f"input '{name}' has more than {limit} values in 'data'")
+                    raise InvalidArgument(
+                        f"{_more_strings(name, model, limit)} (input '{name}' has more than {limit} values in 'data')"
+                    )
             elif isinstance(item, list):
                 if len(stack) >= MAX_JSON_DEPTH:
-                    raise InvalidArgument(f"input '{name}' has 'data' nested deeper than {MAX_JSON_DEPTH} levels")
+                    raise InvalidArgument(_too_deep(name))
                 stack.append(iter(item))
                 break
             else:
@@ -118,9 +123,32 @@ def _flatten_strings(name: str, data: list[Any], limit: int) -> list[bytes]:
 
 def _check_count(name: str, shape: list[int], got: int, needed: int, field: str = "data") -> None:
     if got != needed:
-        raise InvalidArgument(
-            f"input '{name}' has {got} values in '{field}' but shape {shape_text(shape)} needs {needed}"
-        )
+        raise InvalidArgument(_count_text(name, shape, got, needed, field))
+
+
+def _count_text(name: str, shape: list[int], got: int, needed: int, field: str = "data") -> str:
+    return f"input '{name}' has {got} values in '{field}' but shape {shape_text(shape)} needs {needed}"
+
+
+# Triton's words for a BYTES input's elements (core src/infer_request.cc, ValidateBytesInputs), Infera's after them
+def _for_input(name: str, model: str) -> str:
+    return f"inference input '{name}'" + (f" for model '{model}'" if model else "")
+
+
+def _more_strings(name: str, model: str, expected: int) -> str:
+    return f"unexpected number of string elements {expected + 1} for {_for_input(name, model)}, expecting {expected}"
+
+
+def _fewer_strings(name: str, model: str, expected: int, got: int) -> str:
+    return f"expected {expected} string elements for {_for_input(name, model)}, got {got}"
+
+
+def _too_deep(name: str) -> str:
+    """Triton's words (server src/http_server.cc) for JSON `data` nested past the limit, then Infera's."""
+    return (
+        f"JSON nesting depth exceeds maximum allowed limit ({MAX_JSON_DEPTH}): input '{name}' has 'data' nested "
+        f"deeper than {MAX_JSON_DEPTH} levels"
+    )
 
 
 def _check_kind(
@@ -150,11 +178,12 @@ def _check_kind(
         raise InvalidArgument(f"input '{name}' of datatype {datatype} expects numbers in '{field}'")
 
 
-def array_from_binary(name: str, datatype: str, shape: list[int], raw: memoryview) -> np.ndarray:
-    """Build the tensor of input `name` from its slice of the binary section (little-endian, row major)."""
+def array_from_binary(name: str, datatype: str, shape: list[int], raw: memoryview, model: str = "") -> np.ndarray:
+    """Build the tensor of input `name` (of `model`) from its slice of the binary section (little-endian, row
+    major)."""
     count = element_count(shape)
     if datatype == "BYTES":
-        return deserialize_bytes(name, raw, count).reshape(shape)
+        return deserialize_bytes(name, raw, count, model).reshape(shape)
     dtype = numpy_dtype(datatype).newbyteorder("<")
     needed = count * dtype.itemsize
     if len(raw) != needed:
@@ -168,7 +197,7 @@ def array_from_binary(name: str, datatype: str, shape: list[int], raw: memoryvie
     return array.reshape(shape)
 
 
-def deserialize_bytes(name: str, raw: memoryview, count: int) -> np.ndarray:
+def deserialize_bytes(name: str, raw: memoryview, count: int, model: str = "") -> np.ndarray:
     """Split `count` length-prefixed BYTES elements (4-byte little-endian length, then the bytes).
 
     The count comes from the shape and bounds the walk: a buffer holding millions of empty elements is refused
@@ -180,7 +209,10 @@ def deserialize_bytes(name: str, raw: memoryview, count: int) -> np.ndarray:
     unpack = _LENGTH.unpack_from
     while offset < end and len(values) < count:
         if end - offset < 4:
-            raise InvalidArgument(f"input '{name}' has a truncated BYTES length prefix at byte {offset}")
+            raise InvalidArgument(
+                f"incomplete string length indicator for {_for_input(name, model)}, expecting 4 bytes but only "
+                f"{end - offset} bytes available. (input '{name}' has a truncated BYTES length prefix at byte {offset})"
+            )
         (length,) = unpack(raw, offset)
         offset += 4
         if length > end - offset:
@@ -191,10 +223,14 @@ def deserialize_bytes(name: str, raw: memoryview, count: int) -> np.ndarray:
         values.append(bytes(raw[offset : offset + length]))
         offset += length
     if len(values) != count:
-        raise InvalidArgument(f"input '{name}' has {len(values)} BYTES elements but its shape needs {count}")
+        raise InvalidArgument(
+            f"{_fewer_strings(name, model, count, len(values))} (input '{name}' has {len(values)} BYTES elements but "
+            f"its shape needs {count})"
+        )
     if offset != end:
         raise InvalidArgument(
-            f"input '{name}' has more BYTES elements than the {count} its shape holds ({end - offset} bytes left over)"
+            f"{_more_strings(name, model, count)} (input '{name}' has more BYTES elements than the {count} its shape "
+            f"holds ({end - offset} bytes left over))"
         )
     array = np.empty(count, dtype=object)
     array[:] = values

@@ -35,7 +35,7 @@ SIMPLE_CASES = [
         _simple([*simple_inputs(), {"name": "X", "datatype": "INT32", "shape": [1], "data": [1]}]),
         "unexpected inference input 'X' for model 'simple'",
     ),
-    ("duplicate input", _simple([*simple_inputs(), simple_inputs()[0]]), "'INPUT0' appears more than once"),
+    ("duplicate input", _simple([*simple_inputs(), simple_inputs()[0]]), "^input 'INPUT0' already exists in request"),
     ("missing input", _simple(simple_inputs()[:1]), "missing required input\\(s\\) 'INPUT1'"),
     ("wrong datatype", _simple(_with(0, datatype="FP32")), "input 'INPUT0' expects datatype INT32, got FP32"),
     ("datatype not a string", _simple(_with(0, datatype=3)), "needs a 'datatype' string"),

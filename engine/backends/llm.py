@@ -30,9 +30,10 @@ and tool results are rendered by the chat template; one that renders no tools ge
 
 Config parameters of the engine: `max_model_len` (prompt + output tokens; default the model's
 max_position_embeddings capped at 2048), `max_num_seqs` (32), `max_num_batched_tokens` (512), `kv_block_size` (16),
-`kv_num_blocks` or else `kv_cache_memory_mb` (256), `dtype` (float32, bfloat16, float16), `enable_prefix_caching`
-(true), `prefix_cache_scope` ("caller", the default: a prompt's cached prefix serves only the caller that computed
-it, its token, user or address, so no caller can time another's prompts; "shared": every caller's), `quantization`
+`kv_num_blocks` or else `kv_cache_memory_mb` (256), `dtype` ("auto", the default: bfloat16 where the device
+multiplies it natively, else float32; or float32, bfloat16, float16), `enable_prefix_caching` (true),
+`prefix_cache_scope` ("caller", the default: a prompt's cached prefix serves only the caller that computed it, its
+token, user or address, so no caller can time another's prompts; "shared": every caller's), `quantization`
 ("none", or "int8": the decoder's linear layers in int8 on a CPU instance, engine/llm/quantization.py),
 `default_max_tokens` (64). A request's `cache_salt` (vLLM's: a parameter of generate, a field of /v1, or in
 `sampling_parameters`) separates its prefix cache further. The scheduler serves the lower priority value first
@@ -54,7 +55,14 @@ import numpy as np
 
 from engine.backends import register_backend
 from engine.backends.base import Backend
-from engine.backends.llm_parameters import parameter, positive, prefix_cache_per_caller, quantization_of, switch
+from engine.backends.llm_parameters import (
+    dtype_of,
+    parameter,
+    positive,
+    prefix_cache_per_caller,
+    quantization_of,
+    switch,
+)
 from engine.backends.llm_responses import COUNT_OUTPUTS, LOGPROBS_OUTPUT, TEXT_OUTPUT, ResponseSink, logprob_entry
 from engine.config.model_config import ModelConfig, TensorConfig
 from engine.errors import InferaError, InvalidArgument, LoadError
@@ -139,7 +147,7 @@ class LLMBackend(Backend):
         except UnknownToolParser as exc:
             raise LoadError(f"model '{config.name}': parameter {exc}") from None
         source = find_weights(self.version_path, config.default_model_filename)
-        dtype = parameter(config, "dtype", str, "float32")
+        dtype = dtype_of(config, str(self.device))
         quantization = quantization_of(config, dtype, str(self.device))
         runner = ModelRunner.load(source, dtype, str(self.device), quantization)
         shape = runner.shape

@@ -58,3 +58,16 @@ def quantization_of(config: ModelConfig, dtype: str, device: str) -> str:
         return check_quantization(value, dtype, device)
     except LoadError as exc:
         raise LoadError(f"model '{config.name}': {exc.reason}") from None
+
+
+def dtype_of(config: ModelConfig, device: str) -> str:
+    """`dtype`: float32, bfloat16, float16, or "auto" (the default): bfloat16 where the device multiplies it natively
+    (engine/llm/weights.py's `native_bfloat16`), float32 elsewhere and under int8 quantization (which needs it)."""
+    from engine.llm.weights import native_bfloat16
+
+    value = parameter(config, "dtype", str, "auto")
+    if value != "auto":
+        return value
+    if parameter(config, "quantization", str, "none") == "int8":
+        return "float32"
+    return "bfloat16" if native_bfloat16(device) else "float32"

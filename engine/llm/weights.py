@@ -19,6 +19,7 @@ from engine.errors import LoadError
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 DTYPES = ("float32", "bfloat16", "float16")
+CPU_BFLOAT16_FLAGS = ("avx512_bf16", "amx_bf16")  # /proc/cpuinfo flags of CPUs with bfloat16 dot products
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,8 +78,25 @@ def torch_dtype(name: str) -> Any:
     import torch
 
     if name not in DTYPES:
-        raise LoadError(f"parameter 'dtype' must be one of {', '.join(DTYPES)}, got '{name}'")
+        raise LoadError(f"parameter 'dtype' must be one of {', '.join(DTYPES)} or auto, got '{name}'")
     return getattr(torch, name)
+
+
+def native_bfloat16(device: str, cpuinfo: str | None = None) -> bool:
+    """Whether `device` multiplies bfloat16 natively: a CUDA GPU that supports it, or a CPU whose flags (from
+    /proc/cpuinfo, or `cpuinfo` given) name AVX512-BF16 or AMX. Without them torch emulates bfloat16 matmuls, many
+    times slower than float32's (an AVX2-only CPU)."""
+    import torch
+
+    if device.startswith("cuda"):
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return False
+    flags = next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines() if line.startswith("flags")), [])
+    return any(flag in flags for flag in CPU_BFLOAT16_FLAGS)
 
 
 def load_tokenizer(source: WeightsSource) -> Any:

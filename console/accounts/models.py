@@ -1,4 +1,5 @@
-"""The accounts app's data: API tokens (users, groups and permissions are Django's own)."""
+"""The accounts app's data: API tokens and the token budgets of users and tokens (users, groups and permissions are
+Django's own)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
+from django.core.validators import MinValueValidator
 from django.db import models, transaction
 from django.utils import timezone
 
@@ -59,3 +61,31 @@ class ApiToken(models.Model):
                 audit.record(
                     actor or self.user, "token.revoke", f"{self.user.get_username()}/{self.name}", prefix=self.prefix
                 )
+
+
+class BudgetLimits(models.Model):
+    """Token budgets (engine/llm/budgets.py): each limit unset (null) or a positive whole number."""
+
+    tokens_per_minute = models.PositiveIntegerField(null=True, blank=True, validators=[MinValueValidator(1)])
+    concurrent_streams = models.PositiveIntegerField(null=True, blank=True, validators=[MinValueValidator(1)])
+    max_tokens = models.PositiveIntegerField(null=True, blank=True, validators=[MinValueValidator(1)])
+
+    class Meta:
+        abstract = True
+
+    LIMITS = ("tokens_per_minute", "concurrent_streams", "max_tokens")
+
+    def limits(self) -> dict[str, int | None]:
+        return {name: getattr(self, name) for name in self.LIMITS}
+
+
+class UserBudget(BudgetLimits):
+    """A user's token budget, across all of the user's tokens."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="budget")
+
+
+class TokenBudget(BudgetLimits):
+    """One API token's token budget (its user's applies too)."""
+
+    token = models.OneToOneField(ApiToken, on_delete=models.CASCADE, related_name="budget")

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from console.accounts.budgets import budgets_for
 from console.accounts.permissions import can_manage_models, is_admin
 from console.accounts.roles import role_of
 from engine.api import ANONYMOUS, Principal
 
 
 def principal_for(user: Any, token: Any = None) -> Principal:
-    """The principal of a signed-in user (or the user behind an API token)."""
+    """The principal of a signed-in user (or the user behind an API token), with the budgets of both."""
     role = role_of(user)
     return Principal(
         name=user.get_username(),
@@ -19,6 +20,7 @@ def principal_for(user: Any, token: Any = None) -> Principal:
         role=role.value if role is not None else "",
         user_id=user.pk,
         token_id=getattr(token, "pk", None),
+        budgets=budgets_for(user, token),
     )
 
 

@@ -17,6 +17,7 @@ from django.utils.cache import add_never_cache_headers
 from django.views.decorators.debug import sensitive_post_parameters
 from django.views.decorators.http import require_GET, require_POST
 
+from console.accounts.budget_views import budget_form
 from console.accounts.forms import USER_COLUMNS, USER_SORT_KEYS, RoleForm, TokenForm, UserCreateForm, UserFilterForm
 from console.accounts.models import ApiToken
 from console.accounts.permissions import role_required
@@ -80,6 +81,7 @@ def _detail_context(target: Any, **extra: Any) -> dict[str, Any]:
         "tokens": target.api_tokens.all(),
         "role_form": RoleForm(initial={"role": assigned_role(target)}),
         "token_form": TokenForm(),
+        "budget_form": budget_form(target),
         "roles": list(Role),
         **extra,
     }

@@ -35,6 +35,7 @@ from collections.abc import Awaitable
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 
+from console.accounts.budgets import budget_gate
 from console.accounts.inference_auth import TokenCache, make_v2_authenticator
 from console.accounts.revocations import RevocationListener
 from console.analyzer.runner import AnalysisRunner
@@ -127,8 +128,14 @@ class Runtime:
         )
         self.cluster_listener = ClusterListener(self.cluster, self.layer)
         # /metrics is answered here, /v1 (OpenAI-compatible) by its app, every other engine path by /v2
+        # token budgets on /v1: counted in Redis when there is one (every replica), else in this process
+        self.budgets = budget_gate(settings.redis_url)
         openai = OpenAIApp(
-            self.server, self.v2, authenticate=self.authenticate, trusted_origins=settings.csrf_trusted_origins
+            self.server,
+            self.v2,
+            authenticate=self.authenticate,
+            trusted_origins=settings.csrf_trusted_origins,
+            budgets=self.budgets,
         )
         self.engine_app = MetricsApp(
             self.server,
@@ -137,6 +144,7 @@ class Runtime:
             replica=self.identity.replica,
             workers=self.cluster.worker_metrics if self.identity.has_workers else None,
         )
+        self.engine_app.registry.register(self.budgets)  # infera_llm_usage_tokens_total{user, kind}
         # `serve` (uvicorn or daphne) names where it listens: that process serves, so it freezes start-up's objects
         self.lifespan = ServiceLifespan(
             self.start, self.stop, wait_for_start=False, serving_process=listen_host is not None

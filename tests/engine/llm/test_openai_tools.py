@@ -192,6 +192,10 @@ def test_it_renders_a_conversation_with_tool_calls_and_results(openai_llm_client
     ]
     choice = chat(openai_llm_client, messages=conversation, max_tokens=4, temperature=0).choices[0]
     assert choice.finish_reason == "length"
+    called = chat(openai_llm_client, tool_choice=NAMED, seed=1).choices[0].message  # sent back as the client has it
+    result = {"role": "tool", "tool_call_id": called.tool_calls[0].id, "content": "21"}
+    choice = chat(openai_llm_client, messages=[*QUESTION, called, result], max_tokens=4, temperature=0).choices[0]
+    assert choice.finish_reason == "length"
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,7 @@
 """Loading a model into the model manager: from the repository, from explicit version folders, or from the files
 sent with a load (Triton's `file:<version>/<name>` parameters), each through the admission checks every load passes
-(who asks, the code it runs, the server's limits, ensemble cycles), an ensemble's composing models first.
+(who asks, the code it runs, the server's limits, ensemble cycles), an ensemble's composing models and a LoRA
+adapter's base model first.
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path, PurePosixPath
 
 from engine.config.model_config import ModelConfig
@@ -93,7 +94,10 @@ class ModelLoader:
                 admission.check_limits(checked, self.settings.limits)
             admission.check_ensemble_cycle(name, [effective, *configs.values()], self.ensemble_calls)
             if effective.backend_name == "ensemble":
-                await self._load_composing_models(effective, caller, chain | {name})
+                await self._load_needed_models(name, EnsemblePlan(effective).models(), caller, chain | {name})
+            elif effective.backend_name == "lora":  # a LoRA adapter's base model first (engine/backends/lora.py)
+                base = str(effective.parameters.get("base_model", "")).strip()
+                await self._load_needed_models(name, [base] if base else [], caller, chain | {name})
             await self.manager.load(effective, version_paths, active_version, configs=configs)
             self.forget_sent_files(name)  # it serves from the repository now, not from files it was sent
         except Forbidden:
@@ -139,11 +143,14 @@ class ModelLoader:
         if previous is not None:
             shutil.rmtree(previous, ignore_errors=True)
 
-    async def _load_composing_models(self, config: ModelConfig, caller: Principal, chain: frozenset[str]) -> None:
-        """Load the models an ensemble's steps call that the repository has and the engine does not serve yet
-        (as Triton does); one that fails leaves the ensemble UNAVAILABLE with the reason. A model already on the
-        `chain` of ensembles being loaded is not loaded again (a cycle stored before it was refused ends here)."""
-        for model in EnsemblePlan(config).models():
+    async def _load_needed_models(
+        self, name: str, models: Iterable[str], caller: Principal, chain: frozenset[str]
+    ) -> None:
+        """Load the models `name` needs (an ensemble's steps call, as Triton does; a LoRA adapter's base) that the
+        repository has and the engine does not serve yet; one that fails leaves `name` UNAVAILABLE with the reason.
+        A model already on the `chain` of models being loaded is not loaded again (a cycle stored before it was
+        refused ends here)."""
+        for model in models:
             if model in chain:
                 continue
             entry = self.manager.models.get(model)
@@ -163,7 +170,7 @@ class ModelLoader:
                     chain=chain,
                 )
             except InferaError as exc:
-                log.warning("ensemble '%s': its model '%s' did not load: %s", config.name, model, exc.message)
+                log.warning("model '%s' needs model '%s', which did not load: %s", name, model, exc.message)
 
     def ensemble_calls(self, name: str) -> set[str]:
         """The models the ensemble `name` calls as this engine knows it: its loaded versions and its repository

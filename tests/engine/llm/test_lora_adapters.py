@@ -142,6 +142,26 @@ async def test_an_adapter_without_its_base_does_not_load(served, adapters, tmp_p
         await served.server.load_model("orphan", config=config, versions={1: repo_model})
 
 
+async def test_an_adapter_named_before_its_base_loads_it_first_at_start_up(tiny_llama_folder: Path, adapters, tmp_path):
+    from engine.serving.model_status import ModelState
+    from engine.serving.server import InferenceServer
+    from engine.settings import EngineSettings
+
+    (tmp_path / "tiny").mkdir()
+    (tmp_path / "tiny" / "config.pbtxt").write_text(CONFIG)
+    shutil.copytree(tiny_llama_folder, tmp_path / "tiny" / "1")
+    (tmp_path / "a-lora").mkdir()  # its name comes first: the repository loads in name order
+    (tmp_path / "a-lora" / "config.pbtxt").write_text(ADAPTER_CONFIG.format(name="a-lora"))
+    shutil.copytree(adapters["tiny-a"][0], tmp_path / "a-lora" / "1")
+    server = InferenceServer(tmp_path, gpu_count=0, settings=EngineSettings())
+    await server.start(load_models=True)
+    try:
+        assert server.status("a-lora").versions[1].state is ModelState.READY
+        assert server.status("tiny").versions[1].state is ModelState.READY
+    finally:
+        await server.stop()
+
+
 async def test_it_refuses_an_adapter_it_would_not_apply_whole(adapters, tmp_path: Path):
     import json
 

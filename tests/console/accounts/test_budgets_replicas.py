@@ -1,7 +1,7 @@
 """Token budgets across two replicas (two `manage.py serve` on one database, one store and one Redis): a budget an
 admin sets through one replica's API holds on the other at once (its cached verdict on the token is dropped by the
 change message), and a token that spends its minute's tokens on one replica gets 429 on the other within the same
-second (the reservation is counted in Redis before the first answer is sent)."""
+second (the reservation is counted in Redis before the first answer is sent); /metrics counts the usage by user."""
 
 from __future__ import annotations
 
@@ -115,3 +115,7 @@ def test_a_token_over_its_budget_on_one_replica_gets_429_on_the_other_within_the
     assert refused.value.response.status_code == 429
     assert int(refused.value.response.headers["retry-after"]) >= 1
     assert refused.value.response.json()["error"]["code"] == "rate_limit_exceeded"
+    with urllib.request.urlopen(f"{one.base_url}/metrics", timeout=15) as answer:
+        lines = answer.read().decode().splitlines()
+    usage = [line for line in lines if line.startswith("infera_llm_usage_tokens_total")]
+    assert any('user="tenant"' in line and 'kind="completion"' in line for line in usage), usage

@@ -100,6 +100,7 @@ class Overview:
     devices: list[DeviceGauge]
     audit: list[AuditEvent]
     sampling: bool
+    memory: list[dict[str, Any]] = field(default_factory=list)  # the memory budget's bars, one a pool
 
     counts: dict[str, int] = field(init=False)
 
@@ -154,7 +155,16 @@ def build_overview(runtime: Any) -> Overview:
         devices=device_gauges(latest["devices"]) if latest is not None else [],
         audit=list(AuditEvent.objects.all()[:RECENT_AUDIT_EVENTS]),
         sampling=latest is not None,
+        memory=memory_bars(server.memory_use()) if server is not None else [],
     )
+
+
+def memory_bars(use: dict[str, Any]) -> list[dict[str, Any]]:
+    """One bar a memory pool (host, gpu<N>): what loaded versions are charged, against its budget when set."""
+    return [
+        {"pool": pool, **figures, "fraction": figures["used"] / figures["budget"] if figures["budget"] else None}
+        for pool, figures in use["pools"].items()
+    ]
 
 
 def model_cards(models: Iterable[RegisteredModel], server: Any) -> list[ModelCard]:

@@ -73,6 +73,7 @@ from engine.serving.analysis import (
     grid_candidates,
     sweep,
 )
+from engine.serving.memory_budget import BudgetEvent
 from engine.serving.model_status import ModelState, ModelStatus, VersionStatus
 from engine.serving.repository import holds_hf_folder
 from engine.serving.server import InferenceServer
@@ -86,6 +87,7 @@ __all__ = [
     "ModelState",
     "ModelStatus",
     "VersionStatus",
+    "BudgetEvent",
     "TrafficPolicy",
     "check_traffic_policy",
     "policy_from_dict",

@@ -93,6 +93,8 @@ class Runtime:
         )
         # an automatic traffic rollback is audited and becomes the desired state
         self.server.on_traffic_rollback = self.reconciler.traffic_rolled_back
+        # loads on demand and evictions are audited as the engine's own actions
+        self.server.on_memory_event = self.reconciler.memory_event
         self.analyzer = AnalysisRunner(self.server)  # analyses queued for this installation, one at a time
         self.token_cache = TokenCache(ttl=settings.token_check_seconds, grace=settings.token_grace_seconds)
         self.revocations = RevocationListener(self.token_cache)

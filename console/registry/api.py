@@ -124,7 +124,12 @@ class ModelDetailView(RegistryAPIView):
         model = lookups.get_model(name)
         form = ModelUpdateSerializer(data=request.data, context={"name": name})
         form.is_valid(raise_exception=True)
-        model = model_actions.update_model(request.user, model, form.validated_data["description"])
+        changes = {
+            key: form.validated_data[key]
+            for key in ("description", "on_demand", "pinned")
+            if key in form.validated_data
+        }
+        model = model_actions.update_model(request.user, model, **changes)
         return Response(RegisteredModelDetailSerializer(model, context=self._context()).data)
 
     @extend_schema(responses={204: None, 404: ErrorSerializer, 409: InUseErrorSerializer})

@@ -72,11 +72,20 @@ def read_plans(replica: str, name: str | None = None, store: ModelStore | None =
                 model.name,
                 {version.number: store.absolute(version.artifact) for version in wanted},
                 model.active_number,
-                {version.number: version.config for version in wanted if version.config},
+                {version.number: with_memory_flags(version.config, model) for version in wanted if version.config},
                 model.traffic_policy or {},
             )
         )
     return plans
+
+
+def with_memory_flags(config: dict, model: RegisteredModel) -> dict:
+    """A version's recorded config with its model's `on_demand` and `pinned` as the engine reads them: parameters
+    (a config that sets them itself keeps them)."""
+    flags = {key: {"string_value": "true"} for key in ("on_demand", "pinned") if getattr(model, key)}
+    if not flags:
+        return config
+    return {**config, "parameters": {**flags, **config.get("parameters", {})}}
 
 
 def mark_loading(replica: str, name: str, numbers: set[int]) -> None:

@@ -14,6 +14,8 @@ class EngineStatus:
 
     ready: frozenset[int] = field(default_factory=frozenset)
     serving: int | None = None
+    # each loaded version's place in the memory budget (VersionMemory.to_dict: resident, footprint, last use...)
+    memory: dict[int, dict[str, Any]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, name: str, context: dict[str, Any]) -> EngineStatus:
@@ -22,7 +24,14 @@ class EngineStatus:
         if runtime is None:
             return cls()
         status = runtime.server.status(name)
-        return cls(status.ready, status.serving)
+        memory = {n: v.memory.to_dict() for n, v in status.versions.items() if v.memory is not None}
+        return cls(status.ready, status.serving, memory)
+
+
+def memory_budget(context: dict[str, Any]) -> dict[str, Any] | None:
+    """This process's memory budget and its use per pool (InferenceServer.memory_use); None without an engine."""
+    runtime = runtime_of(context.get("request"))
+    return runtime.server.memory_use() if runtime is not None else None
 
 
 def engine_traffic(name: str, context: dict[str, Any]) -> dict[str, Any] | None:

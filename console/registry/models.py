@@ -77,6 +77,10 @@ class RegisteredModel(models.Model):
     )
     # the engine's policy in its JSON form (TrafficPolicy.to_dict); empty: every request to the active version
     traffic_policy = models.JSONField(default=dict, blank=True)
+    # under the memory budget (engine.serving.memory_budget): loaded on its first request and evictable when idle;
+    # pinned: never evicted once loaded. Each replica decides for itself when to load and evict
+    on_demand = models.BooleanField(default=False)
+    pinned = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["name"]

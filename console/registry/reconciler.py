@@ -23,10 +23,19 @@ from django.conf import settings
 from console.layer_tasks import end_task
 from console.outages import Outage, is_database_outage, is_idle_wait, is_transaction_conflict
 from console.registry.desired import ModelPlan, mark_loading, read_plans, record_outcome
+from console.registry.services.model_actions import record_engine_memory_action
 from console.registry.services.notices import CHANGED, GROUP
 from console.registry.services.traffic_actions import record_automatic_rollback
 from console.registry.store import ModelStore
-from engine.api import InferaError, InferenceServer, LoadError, TrafficPolicy, parse_config_json, policy_from_dict
+from engine.api import (
+    BudgetEvent,
+    InferaError,
+    InferenceServer,
+    LoadError,
+    TrafficPolicy,
+    parse_config_json,
+    policy_from_dict,
+)
 
 logger = logging.getLogger("console.registry.reconciler")
 
@@ -186,6 +195,26 @@ class Reconciler:
         task = asyncio.get_running_loop().create_task(self._record_rollback(model, rolled, reason))
         self._recording.add(task)
         task.add_done_callback(self._recording.discard)
+
+    def memory_event(self, event: BudgetEvent) -> None:
+        """A load on demand or an eviction of the engine's memory budget (InferenceServer.on_memory_event, on the
+        loop): audited as the engine's action. Loads asked for by the registry are audited where they are asked."""
+        if event.action == "load" and event.cold_start_seconds is None:
+            return
+        detail = {"footprint_bytes": event.footprint}
+        if event.cold_start_seconds is not None:
+            detail["cold_start_ms"] = round(event.cold_start_seconds * 1000)
+        task = asyncio.get_running_loop().create_task(self._record_memory(event, detail))
+        self._recording.add(task)
+        task.add_done_callback(self._recording.discard)
+
+    async def _record_memory(self, event: BudgetEvent, detail: dict) -> None:
+        try:
+            await database_sync_to_async(record_engine_memory_action)(
+                event.action, event.model, event.version, **detail
+            )
+        except Exception:  # the database may be down: the engine's action stands, unaudited
+            logger.exception("model '%s': the engine's %s could not be audited", event.model, event.action)
 
     async def _record_rollback(self, model: str, rolled: dict, reason: str) -> None:
         try:

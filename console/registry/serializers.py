@@ -26,6 +26,10 @@ class VersionSerializer(serializers.ModelSerializer):
         help_text="this process's engine answers unversioned requests with it"
     )
     is_loaded = serializers.SerializerMethodField(help_text="READY in this process's engine")
+    memory = serializers.SerializerMethodField(
+        help_text="in this process's engine: resident or not, footprint_bytes per pool, loads, last_used, "
+        "cold_start_seconds, on_demand, pinned (null when not loaded)"
+    )
     replicas = serializers.SerializerMethodField(help_text="its state on each replica serving this database")
     replica_summary = serializers.SerializerMethodField(
         help_text="'READY on 3/3', 'READY on 2/3 · FAILED on 1: <reason>' (live replicas); empty with one replica"
@@ -43,6 +47,7 @@ class VersionSerializer(serializers.ModelSerializer):
             "is_active",
             "is_serving",
             "is_loaded",
+            "memory",
             "sha256",
             "size",
             "notes",
@@ -64,6 +69,10 @@ class VersionSerializer(serializers.ModelSerializer):
 
     def get_is_loaded(self, version: ModelVersion) -> bool:
         return version.number in EngineStatus.of(version.model.name, self.context).ready
+
+    @extend_schema_field(OpenApiTypes.OBJECT)
+    def get_memory(self, version: ModelVersion) -> dict[str, Any] | None:
+        return EngineStatus.of(version.model.name, self.context).memory.get(version.number)
 
     @extend_schema_field(ReplicaStateSerializer(many=True))
     def get_replicas(self, version: ModelVersion) -> list[dict[str, Any]]:
@@ -111,6 +120,8 @@ class RegisteredModelSerializer(serializers.ModelSerializer):
             "replica_summary",
             "version_count",
             "traffic_mode",
+            "on_demand",
+            "pinned",
         ]
         read_only_fields = fields
 
@@ -165,9 +176,14 @@ class ModelCreateSerializer(serializers.Serializer):
 
 
 class ModelUpdateSerializer(serializers.Serializer):
-    """What may change on a model: its description (a name is its identity in the store and on /v2)."""
+    """What may change on a model: its description and memory flags (a name is its identity in the store and on
+    /v2)."""
 
-    description = serializers.CharField(allow_blank=True)
+    description = serializers.CharField(allow_blank=True, required=False)
+    on_demand = serializers.BooleanField(
+        required=False, help_text="loaded on its first request, evictable when idle under the memory budget"
+    )
+    pinned = serializers.BooleanField(required=False, help_text="never evicted once loaded")
     name = serializers.CharField(required=False, help_text="may be sent, but only unchanged")
 
     def validate_name(self, value: str) -> str:

@@ -1,12 +1,14 @@
 """Many models under one memory budget: what each loaded version holds, on-demand loads, and eviction.
 
 The server owns one `MemoryGovernor`. Every load of a version's instances goes through `MemoryGovernor.load`:
-it reserves the version's expected footprint (its last measured one, else the size of its files per instance)
+it reserves the version's expected footprint (its measured one, at least the size of its files per instance)
 against the budget of each pool it uses (`host`, `gpu<N>`), evicting the least recently used on-demand versions
-that are idle, not pinned and not needed by a loaded ensemble; when nothing left can make room the load is refused
-with `MemoryBudgetExceeded`, which names the budget and the biggest residents. The load itself is measured (the
-process's RSS with its children's, a GPU's used memory) with one load measured at a time, so deltas do not mix;
-what a version is charged is the larger of that measure and its estimate, and the budget is checked again with it.
+that are idle, not pinned and not needed by a loaded ensemble (waiting for busy ones to turn idle, up to the
+cold-start timeout); when nothing could make room the load is refused with `MemoryBudgetExceeded`, which names the
+budget and the biggest residents. A version's first load is measured (the process's RSS with its children's, a
+GPU's used memory) alone, with no other first load or eviction meanwhile, so deltas do not mix; it is charged the
+larger of that measure and its files' size, and the budget is checked again with it. Later loads (on demand) are
+charged the same and run side by side.
 
 Versions are parked, woken and marked busy by engine.serving.residency.
 """
@@ -130,13 +132,11 @@ class MemoryGovernor:
             await self._make_room(served, estimate)
             self.charged[served] = estimate
         try:
-            async with self._measuring:
-                pools = list(estimate)
-                before = await asyncio.to_thread(self.sample, pools)
+            if set(estimate) <= set(residency.footprint):  # measured at its first load: loads run side by side
                 await open_()
-                after = await asyncio.to_thread(self.sample, pools)
-            residency.footprint = {pool: max(after.get(pool, 0) - before.get(pool, 0), 0) for pool in pools}
-            charge = {pool: max(residency.footprint[pool], estimate[pool]) for pool in pools}
+                charge = estimate
+            else:
+                charge = await self._measured(served, open_, estimate)
             async with self._admitting:
                 self.charged.pop(served, None)
                 try:
@@ -160,6 +160,18 @@ class MemoryGovernor:
             BudgetEvent("load", served.name, served.version, dict(residency.footprint), seconds if cold else None)
         )
 
+    async def _measured(
+        self, served: Governed, open_: Callable[[], Awaitable[None]], estimate: dict[str, int]
+    ) -> dict[str, int]:
+        """Run a first load alone and record what it took; returns its charge (never under its estimate)."""
+        pools = list(estimate)
+        async with self._measuring:
+            before = await asyncio.to_thread(self.sample, pools)
+            await open_()
+            after = await asyncio.to_thread(self.sample, pools)
+        served.residency.footprint = {pool: max(after.get(pool, 0) - before.get(pool, 0), 0) for pool in pools}
+        return {pool: max(served.residency.footprint[pool], estimate[pool]) for pool in pools}
+
     def released(self, served: Governed) -> None:
         """`served` let its instances go (parked, unloaded, or its load failed): its charge ends."""
         self.charged.pop(served, None)
@@ -168,12 +180,12 @@ class MemoryGovernor:
         self.idle()
 
     def estimate(self, served: Governed) -> dict[str, int]:
-        """What a load of `served` is expected to take in each pool: its last measure, else its files' size for
-        each instance there."""
+        """What a load of `served` is expected to take in each pool: its measured footprint, at least its files'
+        size for each instance there."""
         pools = served.instance_pools()
         footprint = served.residency.footprint
         size = files_size(served.path)
-        return {pool: footprint.get(pool) or size * pools.count(pool) for pool in dict.fromkeys(pools)}
+        return {pool: max(footprint.get(pool, 0), size * pools.count(pool)) for pool in dict.fromkeys(pools)}
 
     async def _make_room(self, served: Governed, need: dict[str, int]) -> None:
         """Evict least recently used idle on-demand versions until `need` fits in every bounded pool. When only

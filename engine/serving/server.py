@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ from engine.serving import admission
 from engine.serving.admission import SYSTEM, Principal
 from engine.serving.devices import gpu_count
 from engine.serving.lifecycle import ModelManager, ServedVersion
-from engine.serving.memory_budget import MemoryGovernor
+from engine.serving.memory_budget import BudgetEvent, MemoryGovernor
 from engine.serving.model_loading import ModelLoader, config_override
 from engine.serving.model_services import ModelServices
 from engine.serving.model_status import ModelState, ModelStatus, VersionStatus
@@ -271,6 +271,16 @@ class InferenceServer:
         if sent or self.repository is None or name not in self.repository.model_names():
             self.manager.forget(name)  # nothing to show in the index: no folder in the repository
 
+    def memory_use(self) -> dict:
+        """The memory budget per pool (None: unbounded) and what loaded versions are charged there, in bytes."""
+        governor = self.memory
+        pools = sorted({"host", *governor.budgets})
+        return {
+            "pools": {pool: {"budget": governor.budgets.get(pool), "used": governor.used(pool)} for pool in pools},
+            "loads": governor.loads,
+            "evictions": governor.evictions,
+        }
+
     def status(self, name: str) -> ModelStatus:
         """Typed per-version states and reasons of one model (empty when the engine does not know it)."""
         return self.manager.status(name)
@@ -380,6 +390,15 @@ class InferenceServer:
     @on_traffic_rollback.setter
     def on_traffic_rollback(self, listener: RollbackListener | None) -> None:
         self.router.on_rollback = listener
+
+    @property
+    def on_memory_event(self) -> Callable[[BudgetEvent], None] | None:
+        """Called on the loop with each load on demand and each eviction the memory budget makes (BudgetEvent)."""
+        return self.memory.on_event
+
+    @on_memory_event.setter
+    def on_memory_event(self, listener: Callable[[BudgetEvent], None] | None) -> None:
+        self.memory.on_event = listener
 
     def set_traffic_policy(self, name: str, policy: TrafficPolicy, *, caller: Principal = SYSTEM) -> None:
         """Put a traffic policy in force for `name` (InvalidArgument when its versions are not READY,

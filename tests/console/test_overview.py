@@ -31,7 +31,8 @@ def model(name: str, *versions: tuple[str, bool, str], active: int | None = None
 
 
 class Engine:
-    """What the overview asks of InferenceServer: typed status per model and Triton's repository index."""
+    """What the overview asks of InferenceServer: typed status per model, Triton's repository index and the memory
+    budget's use."""
 
     def __init__(self, statuses: dict[str, ModelStatus], index: list[dict] | None = None) -> None:
         self.statuses = statuses
@@ -42,6 +43,9 @@ class Engine:
 
     def repository_index(self) -> list[dict]:
         return self.index
+
+    def memory_use(self) -> dict:
+        return {"pools": {"host": {"budget": None, "used": 0}}, "loads": 0, "evictions": 0}
 
 
 def runtime(server=None, sampler=None) -> SimpleNamespace:

@@ -34,13 +34,22 @@ def register_model(
     return model
 
 
-def update_model(actor: Any, model: RegisteredModel, description: str) -> RegisteredModel:
+def update_model(actor: Any, model: RegisteredModel, **changes: Any) -> RegisteredModel:
+    """Change a model's description, `on_demand` or `pinned` (the memory flags reload its versions with them)."""
     with transaction.atomic():
-        before = model.description
-        model.description = description
-        model.save(update_fields=["description"])
-        AuditEvent.record(actor, "model.update", model.name, description={"from": before, "to": description})
+        changed = {key: {"from": getattr(model, key), "to": value} for key, value in changes.items()}
+        for key, value in changes.items():
+            setattr(model, key, value)
+        model.save(update_fields=list(changes))
+        AuditEvent.record(actor, "model.update", model.name, **changed)
+        if {"on_demand", "pinned"} & set(changes):
+            notify_changed(model.name)
     return model
+
+
+def record_engine_memory_action(action: str, name: str, version: int, **detail: Any) -> None:
+    """A load on demand or an eviction the engine's memory budget made: audited as the engine's, not a user's."""
+    AuditEvent.record("engine", f"engine.{action}", name, version=version, **detail)
 
 
 def delete_model(actor: Any, model: RegisteredModel) -> None:

@@ -214,3 +214,18 @@ def running_with_grpc(repo: Path, log_path: Path, extra_env: dict[str, str] | No
     grpc_port = free_port()
     with running_server("uvicorn", repo, log_path, {**(extra_env or {}), "INFERA_GRPC_PORT": str(grpc_port)}) as url:
         yield Served(url, f"127.0.0.1:{grpc_port}")
+
+
+@contextmanager
+def client_region(size: int = 64) -> Iterator[tuple[str, Any]]:
+    """A fresh POSIX shared memory object of `size` bytes, as a client makes one: (its key, tritonclient's handle)."""
+    import uuid
+
+    import tritonclient.utils.shared_memory as shm
+
+    key = f"/infera_client_shm_{uuid.uuid4().hex[:12]}"
+    handle = shm.create_shared_memory_region("local", key, size)
+    try:
+        yield key, handle
+    finally:
+        shm.destroy_shared_memory_region(handle)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import textwrap
 import threading
-import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -18,7 +17,7 @@ import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException
 
-from tests.engine.frontend.server_process import Served, running_with_grpc
+from tests.engine.frontend.server_process import Served, client_region, running_with_grpc
 from tests.engine.model_factory import make_python_model, python_config
 
 pytestmark = pytest.mark.server
@@ -74,12 +73,8 @@ def allowed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
 @pytest.fixture
 def region() -> Iterator[tuple[str, object]]:
     """A fresh shared memory object of 64 bytes: (its key, tritonclient's handle on it)."""
-    key = f"/infera_client_shm_{uuid.uuid4().hex[:12]}"
-    handle = shm.create_shared_memory_region("local", key, 64)
-    try:
-        yield key, handle
-    finally:
-        shm.destroy_shared_memory_region(handle)
+    with client_region(64) as made:
+        yield made
 
 
 def refusal(call) -> InferenceServerException:

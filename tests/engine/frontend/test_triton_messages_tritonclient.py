@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import uuid
 from collections.abc import Iterator
 
 import grpc
@@ -22,7 +21,7 @@ import tritonclient.utils.shared_memory as shm
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from tests.engine.frontend.server_process import Served, make_identity, running_with_grpc
+from tests.engine.frontend.server_process import Served, client_region, make_identity, running_with_grpc
 from tests.engine.model_factory import make_simple_onnx
 
 pytestmark = pytest.mark.server
@@ -44,13 +43,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
 @pytest.fixture
 def region() -> Iterator[tuple[str, object]]:
     """A fresh 64-byte shared memory object holding VALUES' first 16 numbers: (its key, tritonclient's handle)."""
-    key = f"/infera_messages_{uuid.uuid4().hex[:12]}"
-    handle = shm.create_shared_memory_region("local", key, 64)
-    shm.set_shared_memory_region(handle, [VALUES])
-    try:
+    with client_region(64) as (key, handle):
+        shm.set_shared_memory_region(handle, [VALUES])
         yield key, handle
-    finally:
-        shm.destroy_shared_memory_region(handle)
 
 
 def refusal(call) -> str:

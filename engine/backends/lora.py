@@ -5,7 +5,8 @@ base with the parameter `base_model` (a model this server has loaded with the ll
 adapter model, as vLLM's `--lora-modules` are named: they are tokenized and checked by the base's backend, then run
 by the base's engine with the adapter's slot, so sequences of several adapters and of the base share each batch
 (engine/llm/adapters.py applies each adapter's deltas to its own rows); their prefix-cache entries are the adapter's
-own. The inputs, outputs and OpenAI parameters are the llm backend's. Loading reads data only (`code_in` None); a
+own. The inputs, outputs and OpenAI parameters are the llm backend's, and so are its tokenizer (/tokenize,
+/detokenize) and its grammars (structured outputs). Loading reads data only (`code_in` None); a
 trial load checks the adapter's files alone, a real one also fits it to every loaded instance of the base (a base
 loaded later gets it at its first request). Unloading the adapter frees its slots.
 """
@@ -59,12 +60,34 @@ class LoRABackend(Backend):
         self._lock = threading.Lock()
         self._slots: dict[int, tuple[Any, int]] = {}  # id(base backend) -> (that backend, the adapter's slot)
         self._turn = itertools.count()
+        self.max_model_len = 0  # the base's, once it is found
         if self.context.services is None:  # a trial load: the files are checked, nothing serves
             return
-        if not self._served_bases():
+        served = self._served_bases()
+        if not served:
             raise LoadError(
                 f"model '{self.config.name}': its base model '{self.base_name}' is not loaded with the llm backend"
             )
+        self.max_model_len = served[0][0].max_model_len
+
+    # --- the base's tokenizer and grammars, for /tokenize, /detokenize and structured outputs ---------------------
+    def _base(self) -> Any:
+        served = self._served_bases()
+        if not served:
+            raise Unavailable(f"model '{self.config.name}': its base model '{self.base_name}' is not loaded")
+        return served[0][0]
+
+    def tokenize(self, *args: Any, **kwargs: Any) -> list[int]:
+        return self._base().tokenize(*args, **kwargs)
+
+    def detokenize(self, token_ids: list[int]) -> str:
+        return self._base().detokenize(token_ids)
+
+    def token_strings(self, token_ids: list[int]) -> list[str]:
+        return self._base().token_strings(token_ids)
+
+    def compile_structured(self, value: object) -> Any:
+        return self._base().compile_structured(value)
 
     def _served_bases(self) -> list[tuple[Any, int]]:
         """(base backend, slot) for every loaded instance of the base, the adapter added where it is new."""

@@ -134,6 +134,17 @@ async def test_its_models_list_names_the_adapters(client: openai.AsyncOpenAI):
     assert {"tiny", "tiny-a", "tiny-b"} <= {model.id async for model in client.models.list()}
 
 
+async def test_it_tokenizes_and_holds_to_a_grammar_as_its_base(served, client: openai.AsyncOpenAI):
+    asked = {"prompt": PROMPT}
+    base = (await served.client.post("/tokenize", json={"model": "tiny"} | asked)).json()
+    adapter = (await served.client.post("/tokenize", json={"model": "tiny-a"} | asked)).json()
+    assert adapter["tokens"] == base["tokens"] and adapter["max_model_len"] == base["max_model_len"]
+    answer = await client.completions.create(
+        model="tiny-a", prompt=PROMPT, max_tokens=8, temperature=0, extra_body={"guided_choice": ["yes", "no"]}
+    )
+    assert answer.choices[0].text in ("yes", "no")
+
+
 async def test_an_adapter_without_its_base_does_not_load(served, adapters, tmp_path: Path):
     repo_model = tmp_path / "1"
     shutil.copytree(adapters["tiny-a"][0], repo_model)

@@ -121,6 +121,7 @@ class ServedVersion(ResidentInstances):
         if problem is not None:
             raise LoadError(problem)
         self.dispatcher = dispatcher
+        self.residency.resident = True  # it holds nothing: never loaded on demand, never charged
         self.state = ModelState.READY
 
     def recheck_ensemble(self, services: Any) -> None:

@@ -15,6 +15,7 @@ from engine.errors import LoadError, Unavailable
 from engine.serving.lifecycle import ModelManager
 from engine.serving.memory_budget import MemoryBudgetExceeded, MemoryGovernor
 from engine.serving.model_status import ModelState
+from engine.serving.server import InferenceServer
 from engine.settings import MemoryBudgetSettings, read_engine_settings
 from engine.types import InferenceRequest
 
@@ -105,7 +106,11 @@ async def answer(manager: ModelManager, name: str) -> list:
 
 
 def resident(manager: ModelManager) -> set[str]:
-    return {name for name, entry in manager.models.items() if entry.versions[1].residency.resident}
+    return {
+        name
+        for name, entry in manager.models.items()
+        if entry.versions[1].config.backend_name != "ensemble" and entry.versions[1].residency.resident
+    }
 
 
 async def test_it_answers_a_cold_on_demand_request_after_its_load(tmp_path):
@@ -250,3 +255,30 @@ def test_it_reads_the_budgets_from_the_environment():
     assert read_engine_settings({"INFERA_GPU_MEMORY_BUDGET": "8e9"}).memory.gpu_bytes == 8_000_000_000
     governor = MemoryGovernor.from_settings(MemoryBudgetSettings(host_bytes=1 << 20, gpu_bytes=1 << 30), gpus=2)
     assert governor.budgets == {"host": 1 << 20, "gpu0": 1 << 30, "gpu1": 1 << 30}
+
+
+async def test_it_never_evicts_a_model_a_loaded_ensemble_calls(tmp_path):
+    server = InferenceServer(gpu_count=0)
+    server.memory.budgets, server.memory.sample = {"host": 2 * SIZE}, zero
+    await server.start(load_models=False)
+    manager = server.manager
+    for name in ("step", "other", "third"):
+        await load(manager, tmp_path, name, on_demand="true")
+    pipeline = ModelConfig(
+        name="pipe",
+        platform="ensemble",
+        max_batch_size=8,
+        input=[TensorConfig("IN", "TYPE_FP32", [2])],
+        output=[TensorConfig("OUT", "TYPE_FP32", [2])],
+        ensemble_scheduling={
+            "step": [{"model_name": "step", "model_version": -1, "input_map": {"X": "IN"}, "output_map": {"Y": "OUT"}}]
+        },
+    )
+    (tmp_path / "pipe" / "1").mkdir(parents=True)
+    await manager.load(pipeline, {1: tmp_path / "pipe" / "1"})
+    ensemble = InferenceRequest(model_name="pipe", inputs={"IN": np.ones((1, 2), np.float32)}, batch_size=1)
+    assert (await server.infer(ensemble)).outputs["OUT"].tolist() == [[2.0, 2.0]]
+    await answer(manager, "other")  # "step" is now the least recently used
+    assert await answer(manager, "third") == [[2.0, 2.0]]
+    assert {"step", "third"} <= resident(manager) and "other" not in resident(manager)
+    await server.stop()

@@ -145,6 +145,18 @@ async def test_it_tokenizes_and_holds_to_a_grammar_as_its_base(served, client: o
     assert answer.choices[0].text in ("yes", "no")
 
 
+async def test_it_follows_its_base_through_a_reload_and_frees_its_slot_when_unloaded(served, client, adapters):
+    await served.server.load_model("tiny")  # a new engine and runner: the adapters are fitted again on first use
+    for name, (_, expected) in adapters.items():
+        assert await complete(client, name) == expected
+    runner = served.server.get_model("tiny").instances[0].backend.runner
+    assert len(runner.lora) == 2
+    await served.server.unload_model("tiny-b")
+    assert len(runner.lora) == 1
+    await served.server.load_model("tiny-b")
+    assert await complete(client, "tiny-b") == adapters["tiny-b"][1]
+
+
 async def test_an_adapter_without_its_base_does_not_load(served, adapters, tmp_path: Path):
     repo_model = tmp_path / "1"
     shutil.copytree(adapters["tiny-a"][0], repo_model)

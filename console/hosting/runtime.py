@@ -105,11 +105,14 @@ class Runtime:
             open_repository=settings.open_repository_control,
             open_code=settings.open_repository_control_allows_code,
         )
+        # token budgets on /v1 and generate: counted in Redis when there is one (every replica), else in this process
+        self.budgets = budget_gate(settings.redis_url)
         self.v2 = V2App(
             self.server,
             authenticate=self.authenticate,
             repository_control=RegistryRepositoryControl(self.reconciler),
             trusted_origins=settings.csrf_trusted_origins,
+            budgets=self.budgets,
         )
         grpc = settings.engine.grpc
         self.grpc = (
@@ -130,8 +133,6 @@ class Runtime:
         )
         self.cluster_listener = ClusterListener(self.cluster, self.layer)
         # /metrics is answered here, /v1 (OpenAI-compatible) by its app, every other engine path by /v2
-        # token budgets on /v1: counted in Redis when there is one (every replica), else in this process
-        self.budgets = budget_gate(settings.redis_url)
         openai = OpenAIApp(
             self.server,
             self.v2,

@@ -12,7 +12,7 @@ import orjson
 
 from engine.config.model_config import ModelConfig
 from engine.errors import InferaError, InvalidArgument
-from engine.frontend import extensions
+from engine.frontend import extensions, generate_budgets
 from engine.frontend.generate import StreamReply, answer_once, generate_request, stream_reply
 from engine.frontend.repository_load import (
     RepositoryControl,
@@ -22,6 +22,7 @@ from engine.frontend.repository_load import (
     unload_model,
 )
 from engine.frontend.routes import Route, parse_version
+from engine.llm.budgets import BudgetGate
 from engine.protocol import (
     ConfigChoice,
     choose_response_encoding,
@@ -59,6 +60,7 @@ class Incoming:
     principal: Principal = ANONYMOUS
     method: str = "GET"
     forwarded: dict[str, str] | None = None  # headers forwarded as request parameters (header_rules.py)
+    budgets: BudgetGate | None = None  # the callers' token budgets, held on generate (generate_budgets.py)
 
 
 @dataclass(slots=True)
@@ -244,18 +246,26 @@ async def _infer_with(server: InferenceServer, incoming: Incoming, regions: Call
 
 
 async def _start_generate(server: InferenceServer, incoming: Incoming) -> tuple[InferenceRequest, ResponseStream]:
-    """Route a generate body once, decode it against its version's config and start it there; a refusal counts as
-    a failure."""
+    """Route a generate body once, decode it against its version's config, hold it to the caller's budgets and start
+    it there; a refusal counts as a failure."""
     route = incoming.route
     version = parse_version(route.version)
     routing = _Routing(server, route.model, version)
     try:
         body = decompress_body(incoming.body, incoming.content_encoding, incoming.max_body_bytes)
         request = generate_request(body, routing.config_of, route.model, version, incoming.max_body_bytes)
+        admission = await generate_budgets.admit(incoming.budgets, incoming.principal, request)
     except InferaError:
         routing.refused()
         raise
-    return request, await server.infer_stream(request, routing.route)
+    if admission is None:
+        return request, await server.infer_stream(request, routing.route)
+    try:
+        stream = await server.infer_stream(request, routing.route)
+    except BaseException:
+        await admission.settle(None)
+        raise
+    return request, generate_budgets.BudgetedStream(stream, admission)  # type: ignore[return-value] - read alike
 
 
 async def generate(server: InferenceServer, incoming: Incoming) -> Reply:

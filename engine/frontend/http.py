@@ -15,6 +15,7 @@ from engine.frontend.handlers import ASYNC_HANDLERS, SYNC_HANDLERS, Incoming, Re
 from engine.frontend.header_rules import HTTP_REFUSAL, HeaderCheck
 from engine.frontend.lifespan import ServiceLifespan
 from engine.frontend.routes import DIRECT_ENDPOINTS, HEALTH_ENDPOINTS, REPOSITORY_CHANGES, Route, resolve
+from engine.llm.budgets import BudgetExceeded, BudgetGate
 from engine.protocol import error_body
 from engine.serving.admission import ANONYMOUS, Principal, may_not_change
 
@@ -57,8 +58,10 @@ class V2App:
         authenticate: Authenticate | None = None,
         repository_control: RepositoryControl | None = None,
         trusted_origins: tuple[str, ...] = (),
+        budgets: BudgetGate | None = None,
     ) -> None:
         self.server = server
+        self.budgets = budgets  # the callers' token budgets, held on generate as on /v1
         self.max_body_bytes = max_body_bytes if max_body_bytes is not None else server.settings.max_body_bytes
         self.authenticate = authenticate
         self.repository_control = repository_control
@@ -125,6 +128,7 @@ class V2App:
                 scope=scope,
                 principal=self.anonymous,
                 method=method,
+                budgets=self.budgets,
             )
             declared, from_browser = _read_headers(scope, incoming)
             if route.endpoint == "infer" and self.headers.pattern is not None:
@@ -165,7 +169,9 @@ class V2App:
                     self.caller_limits.leave(caller)
         except InferaError as exc:
             reply = Reply(exc.status, error_body(exc))
-            if isinstance(exc, Unavailable) or exc.status == 429:
+            if isinstance(exc, BudgetExceeded):
+                reply.headers.append((b"retry-after", str(exc.retry_after).encode()))
+            elif isinstance(exc, Unavailable) or exc.status == 429:
                 reply.headers.append((b"retry-after", RETRY_AFTER_SECONDS))
             elif isinstance(exc, Unauthorized):
                 reply.headers.append((b"www-authenticate", b'Bearer realm="infera"'))

@@ -55,7 +55,7 @@ async def serving(
     """The engine over `repo` started, served on a free loopback port; a client of it; all stopped afterwards."""
     server = InferenceServer(repo, gpu_count=0, settings=settings or EngineSettings())
     await server.start(load_models=True)
-    v2 = V2App(server, authenticate=authenticate)
+    v2 = V2App(server, authenticate=authenticate, budgets=budgets)
     app = OpenAIApp(server, v2, authenticate=authenticate, budgets=budgets)
     listener = socket.create_server(("127.0.0.1", 0))
     config = uvicorn.Config(app, lifespan="off", log_level="warning", loop="asyncio", interface="asgi3")

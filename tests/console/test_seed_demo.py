@@ -127,8 +127,8 @@ def test_it_links_smollm2s_gguf_from_the_wheel_as_a_small_llm(store: Path):
     assert stored.stat().st_ino == smollm2_gguf().stat().st_ino  # hard-linked: not stored twice
     config = parse_config_pbtxt((store / "smollm2" / "config.pbtxt").read_text())
     assert config.backend == "llm"
-    assert (config.parameters["max_num_seqs"], config.parameters["kv_cache_memory_mb"]) == ("8", "32")
-    assert config.parameters["dtype"] == "bfloat16"
+    assert (config.parameters["max_num_seqs"], config.parameters["kv_cache_memory_mb"]) == ("32", "128")
+    assert "dtype" not in config.parameters  # the backend's "auto": bfloat16 only where the CPU multiplies it
 
 
 def test_it_skips_smollm2_with_a_log_line_without_the_wheel(tmp_path: Path, monkeypatch):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -43,6 +44,14 @@ class Served:
                     if first is not None:
                         first.set()
         return events
+
+
+def tiny_repository(repo: Path, tiny_llama_folder: Path, config: str) -> Path:
+    """`repo` holding `tiny`, the llm backend over the tiny Llama with `config`."""
+    (repo / "tiny").mkdir()
+    (repo / "tiny" / "config.pbtxt").write_text(config)
+    shutil.copytree(tiny_llama_folder, repo / "tiny" / "1")
+    return repo
 
 
 @asynccontextmanager

@@ -4,13 +4,11 @@ named, a stream's slot given back when it ends. The gate's clock stands still.""
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 import pytest_asyncio
 
 from engine.llm.budgets import BudgetGate
-from tests.engine.llm.served import serving
+from tests.engine.llm.served import serving, tiny_repository
 from tests.engine.llm.test_llm_backend import CONFIG
 from tests.engine.llm.test_openai_budgets import authenticate
 
@@ -19,10 +17,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def served(tiny_llama_folder, tmp_path_factory):
-    repo = tmp_path_factory.mktemp("generate-budgets-repo")
-    (repo / "tiny").mkdir()
-    (repo / "tiny" / "config.pbtxt").write_text(CONFIG)
-    shutil.copytree(tiny_llama_folder, repo / "tiny" / "1")
+    repo = tiny_repository(tmp_path_factory.mktemp("generate-budgets-repo"), tiny_llama_folder, CONFIG)
     async with serving(repo, authenticate=authenticate, budgets=BudgetGate(clock=lambda: 6000.0)) as served:
         yield served
 

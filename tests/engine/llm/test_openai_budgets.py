@@ -6,7 +6,6 @@ per user. The gate's clock stands still, so the minute never turns during a test
 from __future__ import annotations
 
 import asyncio
-import shutil
 import threading
 
 import openai
@@ -16,7 +15,7 @@ import pytest_asyncio
 from engine.errors import Unauthorized
 from engine.llm.budgets import Budget, BudgetGate
 from engine.serving.admission import Principal
-from tests.engine.llm.served import WAIT_S, serving
+from tests.engine.llm.served import WAIT_S, serving, tiny_repository
 from tests.engine.llm.test_llm_backend import CONFIG
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -38,10 +37,7 @@ async def authenticate(scope) -> Principal:
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def served(tiny_llama_folder, tmp_path_factory):
-    repo = tmp_path_factory.mktemp("budgets-repo")
-    (repo / "tiny").mkdir()
-    (repo / "tiny" / "config.pbtxt").write_text(CONFIG)
-    shutil.copytree(tiny_llama_folder, repo / "tiny" / "1")
+    repo = tiny_repository(tmp_path_factory.mktemp("budgets-repo"), tiny_llama_folder, CONFIG)
     gate = BudgetGate(clock=lambda: 6000.0)  # the start of a minute, for every request of the module
     async with serving(repo, authenticate=authenticate, budgets=gate) as served:
         served.gate = gate

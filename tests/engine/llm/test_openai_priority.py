@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import threading
 from collections.abc import Awaitable, Callable
 
@@ -15,7 +14,7 @@ import openai
 import pytest
 import pytest_asyncio
 
-from tests.engine.llm.served import WAIT_S, serving
+from tests.engine.llm.served import WAIT_S, serving, tiny_repository
 from tests.engine.llm.test_llm_backend import CONFIG
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -26,10 +25,7 @@ LOW, HIGH = 5, -1
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def served(tiny_llama_folder, tmp_path_factory):
-    repo = tmp_path_factory.mktemp("priority-repo")
-    (repo / "tiny").mkdir()
-    (repo / "tiny" / "config.pbtxt").write_text(SATURATED)
-    shutil.copytree(tiny_llama_folder, repo / "tiny" / "1")
+    repo = tiny_repository(tmp_path_factory.mktemp("priority-repo"), tiny_llama_folder, SATURATED)
     async with serving(repo) as served:
         yield served
 

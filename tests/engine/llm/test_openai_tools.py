@@ -170,7 +170,7 @@ def test_it_reads_calls_streamed_a_character_at_a_time(openai_llm_client):
     calls, content, reasons, firsts = streamed_calls(chat(openai_llm_client, stream=True, **options))
     assert [json.loads(call["arguments"])["city"] for call in calls] == ["Paris", "Lima"]
     assert [first.function.name for first in firsts] == ["get_weather", "get_weather"]
-    assert content == "echo: user: " + "\nassistant:"
+    assert content == "echo: user: " + "assistant:"  # the text around the calls
     assert reasons == ["tool_calls"]
     whole = chat(openai_llm_client, **options).choices[0]
     assert [json.loads(c.function.arguments)["city"] for c in whole.message.tool_calls] == ["Paris", "Lima"]

@@ -64,6 +64,11 @@ def test_it_holds_back_only_text_that_could_begin_a_call():
     assert stream.finish() == [Text("<tool_c")]
 
 
+def test_text_after_a_call_starts_at_its_first_non_whitespace_character():
+    content, calls, _ = parsed(f"{CALL}\n\n  It is warm.\n", 2)
+    assert (content, calls) == ("It is warm.\n", [WEATHER])
+
+
 def test_a_block_that_is_no_call_is_text():
     content, calls, _ = parsed("a <tool_call>{not json}</tool_call> b", 4)
     assert (content, calls) == ("a <tool_call>{not json}</tool_call> b", [])
@@ -74,6 +79,13 @@ def test_an_unfinished_call_keeps_what_came_of_its_arguments():
     assert (content, calls) == ("", [ToolCall("f", '{"a": [1, 2')])
     content, calls, _ = parsed('x <tool_call>\n{"name": "f"', 3)
     assert (content, calls) == ('x <tool_call>\n{"name": "f"', [])
+
+
+def test_a_long_call_written_arguments_first_is_read_whole_at_its_end():
+    arguments = {"text": "x" * 5000, "n": 1}
+    block = json.dumps({"arguments": arguments, "name": "f"})
+    content, calls, _ = parsed(f"<tool_call>{block}</tool_call><tool_call>{block}</tool_call>", 3)
+    assert content == "" and [json.loads(call.arguments) for call in calls] == [arguments, arguments]
 
 
 def test_text_without_calls_comes_out_as_it_was():

@@ -46,6 +46,7 @@ from torch.nn import functional as F  # noqa: N812 - torch's own spelling
 
 from console.demo import generator_core
 from console.demo.generator_core import WEIGHTS_FILE, CharTokenizer, CharTransformer, ModelShape, save_model
+from console.demo.training import one_torch_thread
 
 MODEL_NAME = "text_generator"
 
@@ -261,9 +262,7 @@ def train_generator(
     tokens = training_tokens()
     cut = int(len(tokens) * (1 - HELD_OUT_SHARE))
     train, held_out = tokens[:cut], tokens[cut:]
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # on busy cores a second thread spins more than it computes
-    try:
+    with one_torch_thread():
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             model = CharTransformer(shape)
@@ -291,8 +290,6 @@ def train_generator(
         inputs, targets = windows(held_out, 16, shape.context, torch.Generator().manual_seed(1))
         with torch.no_grad():
             held_out_loss = F.cross_entropy(model(inputs).reshape(-1, shape.vocab), targets.reshape(-1)).item()
-    finally:
-        torch.set_num_threads(threads)
     return model, TrainingReport(taken, seconds_taken, held_out_loss, math.log(shape.vocab))
 
 

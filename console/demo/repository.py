@@ -35,6 +35,7 @@ import numpy as np
 
 from console.demo.pipeline import PIPELINE_CONFIG, PIPELINE_MODELS
 from console.demo.sequences import SEQUENCE_MODELS
+from console.demo.training import one_torch_thread
 
 if TYPE_CHECKING:
     from console.demo.generator import TrainingReport
@@ -240,11 +241,12 @@ def train_digits_onnx(version: int, seed: int = 0) -> tuple[bytes, float]:
     optimizer = torch.optim.Adam(net.parameters(), lr=learning_rate)
     inputs, targets = torch.from_numpy(train_x / 16.0), torch.from_numpy(train_y)
     generator = torch.Generator().manual_seed(seed)
-    for _ in range(epochs):
-        for batch in torch.randperm(len(inputs), generator=generator).split(64):
-            optimizer.zero_grad()
-            torch.nn.functional.cross_entropy(net(inputs[batch]), targets[batch]).backward()
-            optimizer.step()
+    with one_torch_thread():
+        for _ in range(epochs):
+            for batch in torch.randperm(len(inputs), generator=generator).split(64):
+                optimizer.zero_grad()
+                torch.nn.functional.cross_entropy(net(inputs[batch]), targets[batch]).backward()
+                optimizer.step()
 
     # what is served takes raw 0..16 pixels: fold the /16 into the first layer instead of adding an op
     with torch.no_grad():

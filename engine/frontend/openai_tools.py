@@ -3,13 +3,13 @@ tool calls and tool results checked, and the answer's text turned into OpenAI's 
 
 `tools`: 1 to MAX_TOOLS functions ({"type": "function", "function": {"name", "description"?, "parameters"?,
 "strict"?}}), each name matching NAME (and given once), its parameters a JSON schema object, all of them at most
-MAX_TOOLS_CHARS of JSON. `tool_choice`: "none" (the model is not shown the tools and answers text), "auto" (the
-default: the chat template shows the tools and the model's `tool_call_parser` family reads calls out of its text),
-"required" or {"type": "function", "function": {"name"}} (a name not among the tools is a 400 naming it): the answer
-is then held, while it is decoded, to the family's call format with each function's JSON schema as its arguments
-(a structural tag, engine/llm/structured.py), so the arguments always parse and validate; only a model whose backend
-holds an answer to a grammar takes those (another is a 400), and no other constraint (`response_format`, ...) may be
-given with them.
+MAX_TOOLS_CHARS of JSON nested at most MAX_DEPTH deep. `tool_choice`: "none" (the model is not shown the tools and
+answers text), "auto" (the default: the chat template shows the tools and the model's `tool_call_parser` family
+reads calls out of its text), "required" or {"type": "function", "function": {"name"}} (a name not among the tools
+is a 400 naming it): the answer is then held, while it is decoded, to the family's call format with each function's
+JSON schema as its arguments (a structural tag, engine/llm/structured.py), so the arguments always parse and
+validate; only a model whose backend holds an answer to a grammar takes those (another is a 400), and no other
+constraint (`response_format`, ...) may be given with them.
 
 An answer with calls has `message.tool_calls` [{"id": "call_...", "type": "function", "function": {"name",
 "arguments": JSON text}}], `content` null unless the model wrote text beside them, and finish_reason "tool_calls"
@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 MAX_TOOLS = 128  # OpenAI's
 MAX_TOOLS_CHARS = 256 * 1024  # the tools' JSON, all together
+MAX_DEPTH = 64  # objects and lists nested in the tools (their schemas)
 MAX_DESCRIPTION_CHARS = 8192
 MAX_TOOL_CALLS = 128  # in one assistant message of the conversation
 MAX_ID_CHARS = 256
@@ -170,6 +171,8 @@ def _tools(value: Any) -> list[dict[str, Any]]:
         raise OpenAIError("'tools' must be a non-empty list of functions", param="tools")
     if len(value) > MAX_TOOLS:
         raise OpenAIError(f"'tools' may hold at most {MAX_TOOLS} functions, got {len(value)}", param="tools")
+    if _depth(value) > MAX_DEPTH:
+        raise OpenAIError(f"'tools' may nest at most {MAX_DEPTH} levels of objects and lists", param="tools")
     if len(json.dumps(value)) > MAX_TOOLS_CHARS:
         raise OpenAIError(f"'tools' may take at most {MAX_TOOLS_CHARS} characters of JSON", param="tools")
     tools: list[dict[str, Any]] = []
@@ -209,6 +212,20 @@ def _tools(value: Any) -> list[dict[str, Any]]:
             checked["strict"] = strict
         tools.append({"type": "function", "function": checked})
     return tools
+
+
+def _depth(value: Any) -> int:
+    """How deep objects and lists nest in `value` (walked without recursion: a deep body costs no stack)."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is not None:
+            deepest = max(deepest, depth)
+            if depth <= MAX_DEPTH:
+                stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def _named(choice: dict[str, Any]) -> str:

@@ -51,6 +51,9 @@ TOOLS = [
     for name, schema in SCHEMAS.items()
 ]
 QUESTION = [{"role": "user", "content": "what is the weather in paris?"}]
+DEEP: dict = {"type": "object"}
+for _ in range(100):
+    DEEP = {"type": "object", "properties": {"a": DEEP}}
 NAMED = {"type": "function", "function": {"name": "get_weather"}}
 HERMES_CALL = (
     '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius", "days": 2}}\n</tool_call>'
@@ -207,6 +210,7 @@ def test_it_renders_a_conversation_with_tool_calls_and_results(openai_llm_client
         ({"tools": [{"type": "retrieval"}]}, "tools[0]"),
         ({"tools": TOOLS * 2}, "given twice"),
         ({"tools": [TOOLS[0]] * 129}, "at most 128"),
+        ({"tools": [{"type": "function", "function": {"name": "f", "parameters": DEEP}}]}, "at most 64 levels"),
         ({"tools": None, "tool_choice": "required"}, "'tool_choice' is only allowed"),
         ({"tool_choice": "sometimes"}, "'tool_choice' must be"),
         ({"tool_choice": "required", "response_format": {"type": "json_object"}}, "both constrain"),

@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import cluster_runs, ensemble_models, ensemble_runs, llm, mlserver_peer, traffic_runs
+from bench import cluster_runs, ensemble_models, ensemble_runs, llm, mlserver_peer, profile_runs, traffic_runs
 from bench.dashboards import run_dashboards
 from bench.direct import measure_direct
 from bench.engine_inproc import measure_engine
@@ -46,6 +46,7 @@ SECTIONS = (
     "direct",
     "http",
     "grpc",
+    "profiles",
     "engine",
     "hotswap",
     "dashboards",
@@ -176,6 +177,21 @@ def default_spec(port: int, workdir: Path, mode: str, grpc_port: int = 0) -> Ser
     """Infera as `make serve` runs it (access log on) over the configs a user uploads untuned (the default profile)."""
     uploaded = write_repository(RESULTS / "repository-uploaded", uploaded=True).resolve()
     return infera_spec("uvicorn", port, uploaded, workdir, mode, grpc_port, access_log=True)
+
+
+def profiles_section(args, repository: Path, workdir: Path) -> dict:
+    """The tuned and the default profile (and the untuned configs without the access log) interleaved."""
+    mode = args.infera_launch
+    uploaded = write_repository(RESULTS / "repository-uploaded", uploaded=True).resolve()
+    specs = {
+        "tuned": lambda port, grpc: infera_spec("uvicorn", port, repository, workdir / "p-tuned", mode, grpc),
+        "default": lambda port, grpc: default_spec(port, workdir / "p-default", mode, grpc),
+        "uploaded, no access log": lambda port, grpc: infera_spec(
+            "uvicorn", port, uploaded, workdir / "p-uploaded", mode, grpc
+        ),
+    }
+    rounds = max(4, args.runs + 1)
+    return profile_runs.measure_profiles(specs, repository, workdir, RESULTS / "logs", args.seconds, rounds)
 
 
 def grpc_section(args, repository: Path, workdir: Path) -> list[dict]:
@@ -483,6 +499,12 @@ def main(argv: list[str] | None = None) -> int:
                 ),
             )
             results["traffic"].update(date=results["date"], command=results["command"])
+        if "profiles" in args.sections:
+            results["profiles"] = guarded(
+                "profiles: tuned and default settings interleaved, mlp_small c=64, HTTP binary and gRPC",
+                lambda: profiles_section(args, repository, workdir),
+            )
+            results["profiles"].update(date=results["date"], command=results["command"])
         if "cluster" in args.sections:
             results["cluster"] = guarded(
                 "cluster: mlp_small c=64 through HAProxy with 1, 2 and 3 replicas; 20 switches reaching all three",

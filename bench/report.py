@@ -9,7 +9,7 @@ from pathlib import Path
 
 from bench.generation import MARKERS as GENERATION_MARKERS
 from bench.report_cells import section_or_reason, short, table
-from bench.report_comparisons import ensemble_text, python_text, sequences_text, traffic_text
+from bench.report_comparisons import ensemble_text, profiles_text, python_text, sequences_text, traffic_text
 from bench.report_llm import LLM_HEADING, llm_text
 from bench.report_memory import FOOTPRINT_HEADING, MULTIPLEX_HEADING, footprint_text, multiplex_text
 from bench.report_throughput import (
@@ -37,11 +37,13 @@ ENSEMBLE_HEADING = "Ensembles: digits_pipeline vs the client chaining its steps"
 TRAFFIC_HEADING = "Traffic policies: no policy, canary 90/10 and shadow on mlp_small"
 CLUSTER_HEADING = "Scale-out: 1, 2 and 3 replicas behind HAProxy"
 GPU_HEADING = "GPU path (bench/gpu.sh)"
+PROFILES_HEADING = "Profiles: tuned and default settings side by side"
 # the headings each `--sections` entry fills; a run of some sections rewrites only theirs (see write_outputs)
 SECTION_HEADINGS = {
     "direct": ("Direct ceiling: onnxruntime session.run in process",),
     "http": ("HTTP: throughput and latency", "Ratios"),
     "grpc": ("gRPC: throughput and latency",),
+    "profiles": (PROFILES_HEADING,),
     "engine": ("Engine in process (issue 3)",),
     "hotswap": ("Hot swap under load",),
     "dashboards": ("Dashboards open under load",),
@@ -73,6 +75,7 @@ def section_renderers(results: dict) -> dict[str, Callable[[], str]]:
         "HTTP: throughput and latency": lambda: http_tables(results),
         "Ratios": lambda: ratio_table(results),
         "gRPC: throughput and latency": lambda: grpc_table(results),
+        PROFILES_HEADING: lambda: section_or_reason(results.get("profiles"), profiles_text),
         "Engine in process (issue 3)": lambda: section_or_reason(results.get("engine"), engine_text),
         "Hot swap under load": lambda: section_or_reason(results.get("hotswap"), hotswap_text),
         "Dashboards open under load": lambda: section_or_reason(results.get("dashboards"), dashboards_text),

@@ -261,3 +261,21 @@ def _executions_per_1000(row: dict) -> str:
 def _served(row: dict, version: int) -> str:
     inferences, executions = row["served"].get(str(version), [0, 0])
     return f"{inferences} ({inferences / executions:.1f})" if executions else str(inferences)
+
+
+def profiles_text(run: dict) -> str:
+    """The profiles section: each profile's medians, its rounds, and gRPC against HTTP in the same rounds."""
+    rows = []
+    for name, figures in run["profiles"].items():
+        pairs = zip(figures["http_runs"], figures["grpc_runs"], strict=True)
+        rounds = " / ".join(f"{http:.0f}, {grpc:.0f}" for http, grpc in pairs)
+        ratio = figures["grpc_rps"] / figures["http_rps"]
+        rows.append([name, f"{figures['http_rps']:.0f}", f"{figures['grpc_rps']:.0f}", f"{ratio:.2f}", rounds])
+    intro = (
+        f"Measured by `{run.get('command', 'python -m bench --sections profiles')}` on {run.get('date', '-')}: "
+        f"{run['model']} at {run['connections']} connections, {run['rounds']} rounds of {run['seconds']:g} s per "
+        "profile and protocol, the three servers running at once and loaded in turn (bench/profile_runs.py says "
+        "what each profile is)."
+    )
+    headers = ["profile", "HTTP binary req/s", "gRPC req/s", "gRPC / HTTP", "rounds (HTTP, gRPC)"]
+    return intro + "\n\n" + table(headers, rows)

@@ -266,6 +266,40 @@ def _grpc_profile_verdicts(results: dict, model: str, label: str, http_label: st
     return verdicts
 
 
+def profiles_verdicts(results: dict) -> list[Verdict]:
+    """Issue 38, interleaved: the default profile within 10% of the tuned one, and gRPC at least HTTP's, per profile."""
+    run = results.get("profiles")
+    if run is None:
+        return []
+    if "unavailable" in run:
+        return [Verdict("profiles: default vs tuned, interleaved", f"≥ {DEFAULT_GOAL}×", run["unavailable"], "N/A")]
+    profiles, model, conns = run["profiles"], run["model"], run["connections"]
+    tuned, default = profiles["tuned"], profiles["default"]
+    verdicts = []
+    for protocol, key in (("HTTP binary", "http_rps"), ("gRPC", "grpc_rps")):
+        ratio = default[key] / tuned[key]
+        verdicts.append(
+            Verdict(
+                f"default settings vs tuned, {model} c={conns}, {protocol} (interleaved)",
+                f"≥ {DEFAULT_GOAL}× of the tuned profile",
+                f"{ratio:.2f}× ({default[key]:.0f} vs {tuned[key]:.0f} req/s)",
+                "PASS" if ratio >= DEFAULT_GOAL else "MISS",
+            )
+        )
+    for name in ("tuned", "default"):
+        figures = profiles[name]
+        ratio = figures["grpc_rps"] / figures["http_rps"]
+        verdicts.append(
+            Verdict(
+                f"gRPC vs HTTP binary, {name} settings, {model} c={conns} (interleaved)",
+                "≥ 1.0× of Infera's HTTP",
+                f"{ratio:.2f}× ({figures['grpc_rps']:.0f} vs {figures['http_rps']:.0f} req/s)",
+                "PASS" if ratio >= 1.0 else "MISS",
+            )
+        )
+    return verdicts
+
+
 def python_row(run: dict, mode: str, encoding: str, concurrency: int) -> dict | None:
     """The python section's row of one mode ('isolated' or 'in-process'), body and concurrency, or None."""
     for row in run.get("rows", []):
@@ -420,6 +454,7 @@ def llm_verdicts(results: dict) -> list[Verdict]:
 # the targets each `--sections` entry decides from its own figures: a run of some rewrites their rows (report.py)
 SECTION_VERDICTS = {
     "grpc": grpc_verdicts,
+    "profiles": profiles_verdicts,
     "engine": engine_verdicts,
     "hotswap": hotswap_verdicts,
     "dashboards": dashboards_verdicts,

@@ -2,14 +2,14 @@
 tool calls and tool results checked, and the answer's text turned into OpenAI's `tool_calls`, whole or streamed.
 
 `tools`: 1 to MAX_TOOLS functions ({"type": "function", "function": {"name", "description"?, "parameters"?,
-"strict"?}}), each name matching NAME (and given once), its parameters a JSON schema object, all of them at most
-MAX_TOOLS_CHARS of JSON nested at most MAX_DEPTH deep. `tool_choice`: "none" (the model is not shown the tools and
-answers text), "auto" (the default: the chat template shows the tools and the model's `tool_call_parser` family
-reads calls out of its text), "required" or {"type": "function", "function": {"name"}} (a name not among the tools
-is a 400 naming it): the answer is then held, while it is decoded, to the family's call format with each function's
-JSON schema as its arguments (a structural tag, engine/llm/structured.py), so the arguments always parse and
-validate; only a model whose backend holds an answer to a grammar takes those (another is a 400), and no other
-constraint (`response_format`, ...) may be given with them.
+"strict"?}}), each name matching NAME (and given once), its parameters a valid JSON schema (its dialect's
+metaschema, by jsonschema), all of them at most MAX_TOOLS_CHARS of JSON nested at most MAX_DEPTH deep.
+`tool_choice`: "none" (the model is not shown the tools and answers text), "auto" (the default: the chat template
+shows the tools and the model's `tool_call_parser` family reads calls out of its text), "required" or {"type":
+"function", "function": {"name"}} (a name not among the tools is a 400 naming it): the answer is then held, while it
+is decoded, to the family's call format with each function's JSON schema as its arguments (a structural tag,
+engine/llm/structured.py), so the arguments always parse and validate; only a model whose backend holds an answer to
+a grammar takes those (another is a 400), and no other constraint (`response_format`, ...) may be given with them.
 
 An answer with calls has `message.tool_calls` [{"id": "call_...", "type": "function", "function": {"name",
 "arguments": JSON text}}], `content` null unless the model wrote text beside them, and finish_reason "tool_calls"
@@ -19,6 +19,7 @@ arguments' fragments, and text that could begin a call is held back until it is 
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import uuid
@@ -204,6 +205,9 @@ def _tools(value: Any) -> list[dict[str, Any]]:
         if parameters is not None:
             if not isinstance(parameters, dict):
                 raise OpenAIError(f"{where}.function.parameters must be a JSON schema object", param="tools")
+            reason = _schema_fault(json.dumps(parameters, sort_keys=True))
+            if reason is not None:
+                raise OpenAIError(f"{where}.function.parameters is not a valid JSON schema: {reason}", param="tools")
             checked["parameters"] = parameters
         strict = function.get("strict")
         if strict is not None:
@@ -212,6 +216,20 @@ def _tools(value: Any) -> list[dict[str, Any]]:
             checked["strict"] = strict
         tools.append({"type": "function", "function": checked})
     return tools
+
+
+@functools.lru_cache(maxsize=256)
+def _schema_fault(schema: str) -> str | None:
+    """Why a schema (as JSON text) breaks the JSON Schema metaschema of its dialect, or None; cached, since a
+    client sends the same tools again and again."""
+    import jsonschema
+
+    document = json.loads(schema)
+    try:
+        jsonschema.validators.validator_for(document).check_schema(document)
+    except jsonschema.SchemaError as exc:
+        return exc.message[:300]
+    return None
 
 
 def _depth(value: Any) -> int:

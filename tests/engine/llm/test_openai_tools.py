@@ -208,6 +208,10 @@ def test_it_renders_a_conversation_with_tool_calls_and_results(openai_llm_client
         ({"tools": [{"type": "function", "function": {"name": "bad name!"}}]}, "tools[0].function.name"),
         ({"tools": [{"type": "function", "function": {"name": "f", "parameters": []}}]}, "JSON schema object"),
         ({"tools": [{"type": "retrieval"}]}, "tools[0]"),
+        (
+            {"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "objekt"}}}]},
+            "tools[0].function.parameters is not a valid JSON schema: 'objekt' is not valid",
+        ),
         ({"tools": TOOLS * 2}, "given twice"),
         ({"tools": [TOOLS[0]] * 129}, "at most 128"),
         ({"tools": [{"type": "function", "function": {"name": "f", "parameters": DEEP}}]}, "at most 64 levels"),

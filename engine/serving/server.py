@@ -33,15 +33,21 @@ from engine.types import InferenceRequest, InferenceResponse
 
 log = logging.getLogger("infera.engine")
 
+# Triton's server-metadata extension names for what Infera implements; cuda_shared_memory stays out (a CUDA region's
+# registration is refused), so clients that read the list before using an extension see the truth
 EXTENSIONS = [
     "classification",
+    "sequence",
     "model_configuration",
     "model_repository",
     "schedule_policy",
     "model_repository(unload_dependents)",
+    "system_shared_memory",
     "binary_tensor_data",
     "parameters",
     "statistics",
+    "trace",
+    "logging",
 ]
 
 

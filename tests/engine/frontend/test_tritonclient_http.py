@@ -47,6 +47,12 @@ def test_it_reports_server_and_model_metadata(client):
     assert config["max_batch_size"] == 8 and config["input"][0]["dims"] == [16]
 
 
+def test_it_lists_every_extension_it_implements_and_not_cuda_shared_memory(client):
+    extensions = set(client.get_server_metadata()["extensions"])
+    assert {"sequence", "system_shared_memory", "trace", "logging", "classification", "parameters"} <= extensions
+    assert "cuda_shared_memory" not in extensions  # a CUDA region's registration is refused
+
+
 def test_it_mixes_json_and_binary_inputs_and_outputs_in_one_request(client):
     outputs = [
         httpclient.InferRequestedOutput("OUTPUT0", binary_data=True),

@@ -147,9 +147,10 @@ class ResidentInstances:
                         f"model '{self.name}' version {self.version} is loading on demand and was not ready within "
                         f"{timeout:g} s"
                     ) from None
-                except LoadError as exc:
+                except Exception as exc:  # noqa: BLE001 - any failure of the load: this request cannot run now
+                    reason = exc.reason if isinstance(exc, LoadError) else str(exc) or type(exc).__name__
                     raise Unavailable(
-                        f"model '{self.name}' version {self.version} could not load on demand: {exc.reason}"
+                        f"model '{self.name}' version {self.version} could not load on demand: {reason}"
                     ) from None
         finally:
             residency.waiting -= 1

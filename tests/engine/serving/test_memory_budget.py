@@ -282,3 +282,16 @@ async def test_it_never_evicts_a_model_a_loaded_ensemble_calls(tmp_path):
     assert await answer(manager, "third") == [[2.0, 2.0]]
     assert {"step", "third"} <= resident(manager) and "other" not in resident(manager)
     await server.stop()
+
+
+async def test_it_answers_503_when_a_load_on_demand_fails_and_tries_again_on_the_next_request(tmp_path):
+    manager = governed(None)
+    await load(manager, tmp_path, "a", on_demand="true")
+    weights = tmp_path / "a" / "1" / "weights"
+    weights.rename(tmp_path / "kept")
+    with pytest.raises(Unavailable, match="model 'a' version 1 could not load on demand: .*weights") as refused:
+        await answer(manager, "a")
+    assert refused.value.status == 503 and not manager.get("a").residency.resident
+    (tmp_path / "kept").rename(weights)
+    assert await answer(manager, "a") == [[2.0, 2.0]]
+    await manager.stop()

@@ -66,6 +66,9 @@ class ConsoleHome:
             "INFERA_DEBUG": "false",
             "INFERA_LOG_LEVEL": "WARNING",
             "INFERA_INFERENCE_AUTH": "none",
+            # the bench's one admin polls the management API every 20 ms while a change takes effect (traffic,
+            # hot swap, cluster): past the default 600/min those polls were refused with 429 and a section lost
+            "INFERA_API_RATE": "100000/min",
         }
 
     def fill_store(self, repository: Path) -> None:

@@ -305,3 +305,11 @@ def test_a_traffic_only_run_rewrites_its_section_and_its_target_rows(tmp_path):
     assert "| shadow | 105000 (30.0) | 105000 (40.0) | 50.0% | 58 | 105000 | 105000 | 0 | 0 |" in text
     assert "| canary | 0.97 | +0.500 | ≥ 0.95× (candidate 10% ± 5 points) | PASS |" in text
     assert '`canary` `{"mode": "canary", "weights": {"1": 90, "2": 10}}`' in text
+
+
+def test_the_bench_console_lets_its_admin_poll_the_management_api_every_20_ms(tmp_path) -> None:
+    from bench.infera import ConsoleHome
+    from console.config import api_rate
+
+    count, _, unit = api_rate(ConsoleHome(tmp_path).env["INFERA_API_RATE"]).partition("/")
+    assert unit == "min" and int(count) >= 60 / 0.02  # 429s had cost the traffic section its run

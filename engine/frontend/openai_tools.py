@@ -15,6 +15,8 @@ An answer with calls has `message.tool_calls` [{"id": "call_...", "type": "funct
 "arguments": JSON text}}], `content` null unless the model wrote text beside them, and finish_reason "tool_calls"
 (a named function's too); streamed, a call's first delta carries its index, id, type and name, the next ones its
 arguments' fragments, and text that could begin a call is held back until it is decided (engine/llm/tool_parsers.py).
+With `parallel_tool_calls: false` an answer has one call at most: `required` is held to one, and under `auto` a
+model's second call is left out.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from engine.llm.tool_parsers import (
     TOOL_PARSER,
     Arguments,
     CallStarted,
+    Event,
     HermesStream,
     HermesToolCalls,
     Text,
@@ -85,12 +88,18 @@ class ToolChoice:
     def answer(self, text: str, finish_reason: str) -> tuple[dict[str, Any], str]:
         """The message of a whole answer and its finish_reason."""
         stream = self.parser.stream()
-        content, calls = whole([*stream.feed(text), *stream.finish()])
+        content, calls = whole(self._allowed([*stream.feed(text), *stream.finish()]))
         if not calls:
             return {"role": "assistant", "content": text}, finish_reason
         message: dict[str, Any] = {"role": "assistant", "content": content if content.strip() else None}
         message["tool_calls"] = [_call(call.name, call.arguments) for call in calls]
         return message, _finish(finish_reason)
+
+    def _allowed(self, events: list[Event]) -> list[Event]:
+        """Without parallel calls, the first call only: a second one (and its arguments) is left out."""
+        if self.parallel:
+            return events
+        return [event for event in events if isinstance(event, Text) or event.index == 0]
 
     def delta(self, index: int, text: str | None, finish: str | None) -> tuple[dict[str, Any], str | None]:
         """The delta a streamed piece of choice `index` makes (content, tool_calls or nothing) and its
@@ -99,6 +108,7 @@ class ToolChoice:
         events = stream.feed(text) if text else []
         if finish is not None:
             events += stream.finish()
+        events = self._allowed(events)
         delta: dict[str, Any] = {}
         content = "".join(event.text for event in events if isinstance(event, Text))
         if content:

@@ -178,6 +178,10 @@ def test_it_reads_calls_streamed_a_character_at_a_time(openai_llm_client):
     whole = chat(openai_llm_client, **options).choices[0]
     assert [json.loads(c.function.arguments)["city"] for c in whole.message.tool_calls] == ["Paris", "Lima"]
     assert whole.message.content == content
+    one = chat(openai_llm_client, parallel_tool_calls=False, **options).choices[0]
+    assert [json.loads(c.function.arguments)["city"] for c in one.message.tool_calls] == ["Paris"]
+    calls, _, reasons, _ = streamed_calls(chat(openai_llm_client, stream=True, parallel_tool_calls=False, **options))
+    assert ([call["name"] for call in calls], reasons) == (["get_weather"], ["tool_calls"])
 
 
 def test_it_renders_a_conversation_with_tool_calls_and_results(openai_llm_client):

@@ -77,7 +77,7 @@ from engine.serving.memory_budget import BudgetEvent
 from engine.serving.model_status import ModelState, ModelStatus, VersionStatus
 from engine.serving.repository import holds_hf_folder
 from engine.serving.server import InferenceServer
-from engine.settings import EngineSettings, HttpSettings, read_engine_settings
+from engine.settings import EngineSettings, HttpSettings, read_engine_settings, read_memory_budget
 from engine.traffic.policies import TrafficPolicy, policy_from_dict
 from engine.traffic.policies import check_policy as check_traffic_policy
 
@@ -134,6 +134,7 @@ __all__ = [
     "read_engine_settings",
     "read_header_rules",
     "read_model_control",
+    "read_memory_budget",
     "EVERY_MODEL",
     "read_text",
     "read_trace_start_up",

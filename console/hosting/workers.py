@@ -94,6 +94,9 @@ def run_workers(host: str, port: int, count: int, infera: InferaSettings, option
     for flag in ("http-restricted-api", "grpc-restricted-protocol"):  # as given: the workers check them again
         for entry in options.get(flag.replace("-", "_")) or []:
             command += [f"--{flag}", entry]
+    for flag in ("memory-budget-mb", "gpu-memory-budget"):
+        if (value := options.get(flag.replace("-", "_"))) is not None:
+            command += [f"--{flag}", str(value)]
     for protocol in ("http", "grpc"):
         if (pattern := options.get(f"{protocol}_header_forward_pattern")) is not None:
             command += [f"--{protocol}-header-forward-pattern", pattern]

@@ -23,7 +23,14 @@ from console.env import env_int, env_str
 from console.hosting.startup import MigrationsMissing, start_up_lock, wait_for_migrations
 from console.hosting.workers import die_with_supervisor, run_workers
 from console.peers.identity import ProcessIdentity
-from engine.api import SettingError, parse_bool, read_header_rules, read_model_control, read_trace_start_up
+from engine.api import (
+    SettingError,
+    parse_bool,
+    read_header_rules,
+    read_memory_budget,
+    read_model_control,
+    read_trace_start_up,
+)
 
 
 class Command(BaseCommand):
@@ -108,6 +115,19 @@ class Command(BaseCommand):
             "(default: $INFERA_ALLOW_CLIENT_SHM or false)",
         )
         parser.add_argument(
+            "--memory-budget-mb",
+            default=None,
+            metavar="MIB",
+            help="host memory loaded models may be charged; on-demand models are evicted to stay under it (in "
+            "place of $INFERA_MEMORY_BUDGET_MB; each worker of --workers has its own)",
+        )
+        parser.add_argument(
+            "--gpu-memory-budget",
+            default=None,
+            metavar="BYTES|FRACTION",
+            help="each GPU's budget, in bytes or a fraction of its memory (in place of $INFERA_GPU_MEMORY_BUDGET)",
+        )
+        parser.add_argument(
             "--model-control-mode",
             default=None,
             metavar="none|poll|explicit",
@@ -160,7 +180,7 @@ class Command(BaseCommand):
                 raise CommandError(str(exc)) from None
             infera = infera.replace(shared_memory=dataclasses.replace(infera.engine.shared_memory, allowed=allowed))
         try:
-            infera = infera.replace(**header_rules(options), **model_control(options))
+            infera = infera.replace(**header_rules(options), **model_control(options), **memory_budget(options))
         except SettingError as exc:
             raise CommandError(str(exc)) from None
         if options["access_log_format"] is not None:
@@ -278,6 +298,13 @@ def model_control(options: dict[str, Any]) -> dict[str, Any]:
         return {}
     mode, load_models, poll_seconds, repository = (options.get(flag) for flag in flags)
     return {"model_control": read_model_control(os.environ, mode, load_models, poll_seconds, repository)}
+
+
+def memory_budget(options: dict[str, Any]) -> dict[str, Any]:
+    """The memory budget the flags set (each in place of its variable), as InferaSettings.replace takes it."""
+    flags = {"memory_budget_mb": "INFERA_MEMORY_BUDGET_MB", "gpu_memory_budget": "INFERA_GPU_MEMORY_BUDGET"}
+    given = {variable: str(options[flag]) for flag, variable in flags.items() if options.get(flag) is not None}
+    return {"memory": read_memory_budget({**os.environ, **given})} if given else {}
 
 
 def shown_address(host: str, port: int) -> str:

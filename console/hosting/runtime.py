@@ -122,6 +122,7 @@ class Runtime:
                 host=listen_host or "127.0.0.1",
                 authenticate=self.authenticate,
                 repository_control=self.v2.repository_control,
+                budgets=self.budgets,
             )
             if grpc.port
             else None

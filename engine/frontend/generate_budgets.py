@@ -1,11 +1,12 @@
-"""Triton's generate and generate_stream held to the caller's token budgets, as /v1 is (openai_budgets.py), so a
-budget cannot be gone round through /v2.
+"""Triton's generate, generate_stream and gRPC stream requests held to the caller's token budgets, as /v1 is
+(openai_budgets.py), so a budget cannot be gone round through /v2 or gRPC.
 
 The request's max_tokens (its `max_tokens` input, then `sampling_parameters`, then its parameters) above the ceiling
-is a 400; when it names none and a ceiling is set, the ceiling goes to the model as its `max_tokens` parameter. Then
-the gate reserves it and a stream (a refusal is a 429 with `Retry-After`, in generate's error shape), and the stream's
-counts (`prompt_tokens`, `completion_tokens`, `cached_tokens`, as the llm backend's last response carries them)
-settle it when the stream ends or the client goes away.
+is a 400 (on gRPC, the stream's error message); when it names none and a ceiling is set, the ceiling goes to the
+model as its `max_tokens` parameter. Then the gate reserves it and a stream (a refusal is a 429 with `Retry-After`
+in generate's error shape, the stream's error message on gRPC), and the stream's counts (`prompt_tokens`,
+`completion_tokens`, `cached_tokens`, as the llm backend's last response carries them) settle it when the stream
+ends or the client goes away.
 """
 
 from __future__ import annotations

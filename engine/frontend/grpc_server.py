@@ -29,6 +29,7 @@ from grpc_health.v1 import health_pb2
 
 from engine.config.text_format import config_to_dict
 from engine.errors import InferaError, Unauthorized
+from engine.frontend import generate_budgets
 from engine.frontend.caller_limits import CallerLimits, caller_key
 from engine.frontend.grpc_calls import Binder, Call, CallGate, parsed, parsed_stream, peer_host, refusal, status_code
 from engine.frontend.grpc_health_service import HEALTH_METHODS, HEALTH_SERVICE, HealthService
@@ -36,6 +37,7 @@ from engine.frontend.grpc_management import ManagementCalls
 from engine.frontend.header_rules import GRPC_REFUSAL, HeaderCheck
 from engine.frontend.repository_load import RepositoryControl
 from engine.frontend.routes import parse_version
+from engine.llm.budgets import BudgetGate
 from engine.proto import grpc_messages as messages
 from engine.protocol.grpc_codec import (
     decode_grpc_request,
@@ -88,9 +90,11 @@ class GrpcFrontEnd(ManagementCalls):
         host: str = "127.0.0.1",
         authenticate: Authenticate | None = None,
         repository_control: RepositoryControl | None = None,
+        budgets: BudgetGate | None = None,
     ) -> None:
         self.server = server
         self.settings = settings
+        self.budgets = budgets  # the callers' token budgets, held on streams as on /v1 and generate
         self.host = host
         self.authenticate = authenticate
         self.repository_control = repository_control
@@ -359,11 +363,17 @@ class GrpcFrontEnd(ManagementCalls):
         route, request, _, regions = decoded
         served = route.served
         empty_final = bool(request.parameters.get("triton_enable_empty_final_response", False))
+        admission = None
         try:
+            admission = await generate_budgets.admit(self.budgets, principal, request)
             stream = await self.server.infer_stream(request, route)
         except BaseException:
             regions.release()
+            if admission is not None:
+                await admission.settle(None)
             raise
+        if admission is not None:
+            stream = generate_budgets.BudgetedStream(stream, admission)  # type: ignore[assignment] - read alike
         open_streams.add(stream)
         try:
             async for response in stream:

@@ -1,14 +1,21 @@
-"""Token budgets on Triton's generate and generate_stream (the same gate as /v1, so /v2 is no way round a budget):
-a 429 with Retry-After over tokens per minute, max_tokens above the ceiling a 400 and the ceiling held when none is
-named, a stream's slot given back when it ends. The gate's clock stands still."""
+"""Token budgets on Triton's generate, generate_stream and gRPC streams (the same gate as /v1, so neither /v2 nor
+gRPC is a way round a budget): a 429 with Retry-After over tokens per minute, max_tokens above the ceiling a 400
+and the ceiling held when none is named, a stream's slot given back when it ends, a gRPC stream's request over the
+budget answered with its error. The gate's clock stands still."""
 
 from __future__ import annotations
 
+import asyncio
+
+import numpy as np
 import pytest
 import pytest_asyncio
+import tritonclient.grpc.aio as grpcclient
 
+from engine.frontend.grpc_server import GrpcFrontEnd
 from engine.llm.budgets import BudgetGate
-from tests.engine.llm.served import serving, tiny_repository
+from engine.settings import GrpcSettings
+from tests.engine.llm.served import WAIT_S, serving, tiny_repository
 from tests.engine.llm.test_llm_backend import CONFIG
 from tests.engine.llm.test_openai_budgets import authenticate
 
@@ -18,7 +25,9 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def served(tiny_llama_folder, tmp_path_factory):
     repo = tiny_repository(tmp_path_factory.mktemp("generate-budgets-repo"), tiny_llama_folder, CONFIG)
-    async with serving(repo, authenticate=authenticate, budgets=BudgetGate(clock=lambda: 6000.0)) as served:
+    gate = BudgetGate(clock=lambda: 6000.0)
+    async with serving(repo, authenticate=authenticate, budgets=gate) as served:
+        served.gate = gate
         yield served
 
 
@@ -51,3 +60,33 @@ async def test_a_finished_stream_gives_its_slot_back(served):
             served, "single", {"text_input": "a paged cache keeps", "max_tokens": 2, "stream": True}, stream=True
         )
         assert answer.status_code == 200 and answer.text.count("data:") >= 2
+
+
+async def test_a_grpc_stream_request_over_the_budget_is_answered_with_its_error(served):
+    front_end = GrpcFrontEnd(
+        served.server, GrpcSettings(port=0, shutdown_grace_seconds=0), authenticate=authenticate, budgets=served.gate
+    )
+    await front_end.start()
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{front_end.port}")
+
+    async def requests():
+        for index in range(2):  # each reserves its max_tokens 5: the minute's 5 are gone after the first
+            prompt = grpcclient.InferInput("text_input", [1], "BYTES")
+            prompt.set_data_from_numpy(np.array([b"a paged cache keeps"], dtype=np.object_))
+            limit = grpcclient.InferInput("max_tokens", [1], "INT32")
+            limit.set_data_from_numpy(np.array([5], dtype=np.int32))
+            yield {"model_name": "tiny", "inputs": [prompt, limit], "request_id": str(index)}
+
+    answers, errors = 0, []
+    try:
+        async with asyncio.timeout(WAIT_S):
+            async for _result, error in client.stream_infer(requests(), headers={"authorization": "Bearer streamer"}):
+                if error is not None:
+                    errors.append(str(error))
+                else:
+                    answers += 1
+    finally:
+        await client.close()
+        await front_end.stop()
+    assert answers >= 1
+    assert len(errors) == 1 and "5 tokens per minute" in errors[0], errors

@@ -25,6 +25,7 @@ CALLERS = {
     "single": Principal("single", user_id=2, token_id=12, budgets=(Budget("user:2", concurrent_streams=1),)),
     "capped": Principal("capped", user_id=3, token_id=13, budgets=(Budget("token:13", max_tokens=3),)),
     "free": Principal("free", user_id=4, token_id=14),
+    "streamer": Principal("streamer", user_id=5, token_id=15, budgets=(Budget("token:15", tokens_per_minute=5),)),
 }
 
 

@@ -137,12 +137,13 @@ class MemoryGovernor:
                 charge = estimate
             else:
                 charge = await self._measured(served, open_, estimate)
-            async with self._admitting:
-                self.charged.pop(served, None)
-                try:
-                    await self._make_room(served, charge)
-                finally:
-                    self.charged[served] = charge
+            if charge != estimate:  # it took more than reserved: room for the difference too
+                async with self._admitting:
+                    self.charged.pop(served, None)
+                    try:
+                        await self._make_room(served, charge)
+                    finally:
+                        self.charged[served] = charge
         except BaseException:
             self.charged.pop(served, None)
             raise

@@ -32,6 +32,7 @@ class BallastBackend(Backend):
     execute_gate: threading.Event | None = None
     executing: threading.Event | None = None
     opened = 0
+    closed = 0
 
     def load(self) -> None:
         type(self).opened += 1
@@ -49,6 +50,7 @@ class BallastBackend(Backend):
         return {"Y": batch["X"] + 1}
 
     def unload(self) -> None:
+        type(self).closed += 1
         self.weights = None
 
 
@@ -60,7 +62,7 @@ def reset_backend():
             gate.set()
     BallastBackend.load_started = BallastBackend.load_gate = None
     BallastBackend.execute_gate = BallastBackend.executing = None
-    BallastBackend.opened = 0
+    BallastBackend.opened = BallastBackend.closed = 0
 
 
 def config(name: str, **parameters: str) -> ModelConfig:
@@ -294,4 +296,16 @@ async def test_it_answers_503_when_a_load_on_demand_fails_and_tries_again_on_the
     assert refused.value.status == 503 and not manager.get("a").residency.resident
     (tmp_path / "kept").rename(weights)
     assert await answer(manager, "a") == [[2.0, 2.0]]
+    await manager.stop()
+
+
+async def test_it_refuses_a_first_load_that_measures_over_the_budget_and_closes_it(tmp_path):
+    readings = iter([0, 5 * SIZE])
+    budget = MemoryGovernor({"host": 3 * SIZE}, sample=lambda pools: dict.fromkeys(pools, next(readings)))
+    manager = ModelManager(budget=budget)
+    with pytest.raises(MemoryBudgetExceeded, match="needs about 5 KiB of host memory and the memory budget of 3 KiB"):
+        await load(manager, tmp_path, "a")
+    assert (BallastBackend.opened, BallastBackend.closed) == (1, 1)
+    assert budget.used() == 0 and not budget.charged
+    assert "memory budget" in manager.status("a").failure(1)
     await manager.stop()

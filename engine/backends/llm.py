@@ -362,8 +362,10 @@ class LLMBackend(Backend):
         engine = getattr(self, "engine", None)
         if engine is not None:
             engine.stop()
-        self.engine = None
-        self.runner = None
+        runner = getattr(self, "runner", None)
+        self.engine = self.runner = self.tokenizer = None
+        if runner is not None and not (engine is not None and engine.alive):
+            runner.close()  # its weights and KV cache freed, and the memory handed back
 
 
 _SAMPLING_FIELDS = frozenset(

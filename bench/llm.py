@@ -2,11 +2,11 @@
 `generate` (the direct ceiling) and llama-cpp-python's server, on the same weights and machine, in one run.
 
 - Infera: `manage.py serve` as users run it (the console, uvicorn, access log on, every other setting its
-  default) serving `smollm2` as the demo seeds it (bfloat16, max_num_seqs 8, a 32 MB KV cache), driven over /v1
+  default) serving `smollm2` as the demo seeds it (dtype auto, max_num_seqs 32, a 128 MB KV cache), driven over /v1
   by bench.llm_load at 1, 8 and 32 streams; then the prefix cache (one long system prompt, a miss then hits) and
   memory (RSS of the server's processes before a load, loaded, and after an unload through /v2).
-- The direct ceiling: `model.generate` greedy at batch 32 on the GGUF dequantised to bfloat16, in this process.
-- transformers serve --continuous-batching on the GGUF converted once to a Hugging Face folder (bfloat16) under
+- The direct ceiling: `model.generate` greedy at batch 32 on the GGUF dequantised to DTYPE, in this process.
+- transformers serve --continuous-batching on the GGUF converted once to a Hugging Face folder (DTYPE) under
   var/bench/, from its own virtualenv (bench.llm_peers).
 - llama-cpp-python's server on the GGUF itself (Q4_1), one stream: it serves one request at a time.
 """
@@ -30,8 +30,17 @@ from bench.system import load_average, usable_cores
 MODEL = "smollm2"
 STREAMS = (1, 8, 32)
 DIRECT_BATCH = 32
-DTYPE = "bfloat16"
-HF_FOLDER = ROOT / "var" / "bench" / "smollm2-hf"
+
+
+def _auto_dtype() -> str:
+    """The dtype the llm backend's "auto" picks on this CPU, so that every side computes in the same one."""
+    from engine.llm.weights import native_bfloat16
+
+    return "bfloat16" if native_bfloat16("cpu") else "float32"
+
+
+DTYPE = _auto_dtype()
+HF_FOLDER = ROOT / "var" / "bench" / f"smollm2-hf-{DTYPE}"
 PREFIX_TOKENS = 1000  # the whole prompt of a prefix-cache run, system prompt and question
 PREFIX_MAX_TOKENS = 8  # the demo's max_model_len (1024) bounds prompt + answer
 PREFIX_HITS = 3
@@ -185,14 +194,14 @@ def infera_runs(workdir: Path, gguf: Path, seconds: float, launch: str) -> dict:
 
 
 def hf_folder(gguf: Path) -> Path:
-    """The GGUF as a Hugging Face folder in bfloat16 (for transformers serve), converted once."""
+    """The GGUF as a Hugging Face folder in DTYPE (for transformers serve), converted once."""
     if (HF_FOLDER / "config.json").exists():
         return HF_FOLDER
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=DTYPE)  # nosec B615
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)  # nosec B615
-    # the loaded model is marked quantized (gguf), which save_pretrained refuses; its weights are plain bfloat16
+    # the loaded model is marked quantized (gguf), which save_pretrained refuses; its weights are plain DTYPE
     config = loaded.config
     config.quantization_config = None
     del config.quantization_config

@@ -86,9 +86,9 @@ def native_bfloat16(device: str, cpuinfo: str | None = None) -> bool:
     """Whether `device` multiplies bfloat16 natively: a CUDA GPU that supports it, or a CPU whose flags (from
     /proc/cpuinfo, or `cpuinfo` given) name AVX512-BF16 or AMX. Without them torch emulates bfloat16 matmuls, many
     times slower than float32's (an AVX2-only CPU)."""
-    import torch
-
     if device.startswith("cuda"):
+        import torch
+
         return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
     if cpuinfo is None:
         try:

@@ -8,7 +8,8 @@ by the base's engine with the adapter's slot, so sequences of several adapters a
 own. The inputs, outputs and OpenAI parameters are the llm backend's, and so are its tokenizer (/tokenize,
 /detokenize) and its grammars (structured outputs). Loading reads data only (`code_in` None); a
 trial load checks the adapter's files alone, a real one also fits it to every loaded instance of the base (a base
-loaded later gets it at its first request). Unloading the adapter frees its slots.
+loaded later gets it at its first request), within the base's `max_loras` parameter (16 adapters by default).
+Unloading the adapter frees its slots.
 """
 
 from __future__ import annotations
@@ -22,11 +23,14 @@ from typing import Any
 from engine.backends import register_backend
 from engine.backends.base import Backend
 from engine.backends.llm import DEFAULT_INPUTS, DEFAULT_OUTPUTS, DEFAULT_PARAMETERS
+from engine.backends.llm_parameters import parameter, positive
 from engine.config.model_config import ModelConfig
 from engine.errors import InferaError, LoadError, Unavailable
 from engine.types import InferenceRequest
 
 BASE_MODEL = "base_model"
+MAX_LORAS = "max_loras"  # the base's parameter: adapters on it at most (vLLM's --max-loras)
+DEFAULT_MAX_LORAS = 16
 
 
 @register_backend
@@ -102,7 +106,8 @@ class LoRABackend(Backend):
                     continue
                 runner = base.runner
                 if runner.lora is None:
-                    lora = LoRASet(runner.model, runner.dtype, runner.device)
+                    limit = parameter(base.config, MAX_LORAS, int, DEFAULT_MAX_LORAS)
+                    lora = LoRASet(runner.model, runner.dtype, runner.device, positive(MAX_LORAS, limit, base.config))
                     lora.slot_of = base.engine.adapter_of
                     runner.lora = lora
                 self._slots[id(base)] = (base, runner.lora.add(self.adapter))
@@ -110,7 +115,11 @@ class LoRABackend(Backend):
 
     def prepare_requests(self, requests: list[InferenceRequest]) -> tuple[Any, list[Any]]:
         """The base's generation requests (checked by it), each with this adapter's slot and prefix-cache key."""
-        served = self._served_bases()
+        try:
+            served = self._served_bases()
+        except LoadError as exc:  # a base loaded again since, that takes no more adapters
+            error = Unavailable(exc.reason)
+            return None, [(request, error) for request in requests]
         if not served:
             error = Unavailable(f"model '{self.config.name}': its base model '{self.base_name}' is not loaded")
             return None, [(request, error) for request in requests]

@@ -7,7 +7,8 @@ no DoRA, no `modules_to_save`, no per-module ranks or alphas; anything else is a
 is ever served half applied. A Linear layer's output becomes `W x + scale * B (A x)`, `scale` = alpha / r (alpha /
 sqrt(r) with rsLoRA), as PEFT computes it (without dropout, as in eval).
 
-`LoRASet` belongs to one model runner: adapters are added to it under a slot (1, 2, ...; 0 is the base alone) from
+`LoRASet` belongs to one model runner: adapters (at most the base's `max_loras` parameter, 16 by default: each holds
+its matrices on the base's device) are added to it under a slot (1, 2, ...; 0 is the base alone) from
 any thread; the engine's thread calls `begin_step` before each forward pass with the step's chunks, so every token
 row knows its sequence's slot (`slot_of`, the engine's), and forward hooks on the adapted Linear layers (installed
 on that thread, between passes) add each slot's delta to its own rows only: sequences of several adapters and of
@@ -120,8 +121,9 @@ class LoRAAdapter:
 class LoRASet:
     """The adapters of one model runner by slot, and the forward hooks that apply them to their rows."""
 
-    def __init__(self, model: torch.nn.Module, dtype: torch.dtype, device: torch.device) -> None:
+    def __init__(self, model: torch.nn.Module, dtype: torch.dtype, device: torch.device, limit: int = 16) -> None:
         self.model = model
+        self.limit = limit  # adapters at most (the base's `max_loras`)
         self.dtype = dtype
         self.device = device
         self.slot_of: Callable[[Hashable], int] = lambda seq_id: 0  # the engine's: a sequence's adapter slot
@@ -135,6 +137,11 @@ class LoRASet:
         """Fit `adapter` to the base and give it a slot (from any thread); its hooks go in before the next pass."""
         fitted = adapter.fitted(self.model, self.dtype, self.device)
         with self._lock:
+            if len(self._adapters) >= self.limit:
+                raise LoadError(
+                    f"adapter '{adapter.name}': its base serves at most {self.limit} adapters (its parameter "
+                    "'max_loras'); unload one first"
+                )
             slot = self._next_slot
             self._next_slot += 1
             self._adapters = self._adapters | {slot: fitted}

@@ -28,6 +28,8 @@ ADAPTER_CONFIG = (
     'name: "{name}"\nbackend: "lora"\nparameters {{ key: "base_model" value: {{ string_value: "tiny" }} }}\n'
 )
 
+MAX_TWO_LORAS = 'parameters { key: "max_loras" value: { string_value: "2" } }\n'
+
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 
@@ -80,7 +82,7 @@ async def served(tiny_llama_folder: Path, adapters, tmp_path_factory: pytest.Tem
     """The tiny base loaded, then each adapter loaded as a model naming it."""
     repo = tmp_path_factory.mktemp("lora-repo")
     (repo / "tiny").mkdir()
-    (repo / "tiny" / "config.pbtxt").write_text(CONFIG)
+    (repo / "tiny" / "config.pbtxt").write_text(CONFIG + MAX_TWO_LORAS)
     shutil.copytree(tiny_llama_folder, repo / "tiny" / "1")
     async with serving(repo) as running:
         for name, (folder, _) in adapters.items():
@@ -155,6 +157,13 @@ async def test_it_follows_its_base_through_a_reload_and_frees_its_slot_when_unlo
     assert len(runner.lora) == 1
     await served.server.load_model("tiny-b")
     assert await complete(client, "tiny-b") == adapters["tiny-b"][1]
+
+
+async def test_a_base_takes_no_more_adapters_than_its_max_loras(served, adapters, tmp_path: Path):
+    shutil.copytree(adapters["tiny-a"][0], tmp_path / "1")
+    config = {"name": "tiny-c", "backend": "lora", "parameters": {"base_model": {"string_value": "tiny"}}}
+    with pytest.raises(LoadError, match="its base serves at most 2 adapters \\(its parameter 'max_loras'\\)"):
+        await served.server.load_model("tiny-c", config=config, versions={1: tmp_path / "1"})
 
 
 async def test_an_adapter_without_its_base_does_not_load(served, adapters, tmp_path: Path):

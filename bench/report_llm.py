@@ -131,10 +131,12 @@ def _stream_cells(label: str, part: dict | None, streams: int) -> list[str]:
 
 BOUNDS = (
     "What bounds each figure: every side runs on the same {cores} shared cores, and a 135M model's decode step is "
-    "matmul- and memory-bound there (bfloat16 on a CPU without native bf16 matmuls converts as it goes; the Q4_1 "
-    "GGUF that llama.cpp runs reads a quarter of the bytes). Infera serves the demo's config: at most 8 sequences "
-    "at once (`max_num_seqs` 8) and a 32 MB KV cache, so at 32 streams 24 wait, which bounds its 32-stream "
-    "TTFT and its batch; the direct ceiling decodes 32 at once with no server, no tokenizer on the path and no "
+    "matmul- and memory-bound there (the torch sides compute in {dtype}, the dtype the llm backend's `auto` picks on "
+    "this CPU: bfloat16 only where it has AVX512-BF16 or AMX; the Q4_1 GGUF that llama.cpp runs reads a quarter "
+    "of the bytes). On so few shared cores torch's two OpenMP threads per matmul wait on each other whenever "
+    "another process holds a core, so every torch side slows down far more than the load average suggests. "
+    "Infera serves the demo's config: up to 32 sequences decoded in one step (`max_num_seqs` 32) and a 128 MB "
+    "KV cache; the direct ceiling decodes 32 at once with no server, no tokenizer on the path and no "
     "streaming. transformers serve runs its continuous batching (paged attention) with its defaults; llama.cpp's "
     "server answers one request at a time, so only its one-stream figure is measured."
 )
@@ -173,6 +175,7 @@ def llm_text(run: dict) -> str:
             ]
         )
     load = run.get("load_average", ["-", "-"])
+    dtype = direct.get("dtype", "bfloat16")
     parts = [
         f"Measured by `{run.get('command', 'python -m bench --sections llm')}` on {run.get('date', '-')}, one run; the "
         f"machine's load average (1, 5, 15 min) was {load[0]} before and {load[-1]} after (other work shares it). "
@@ -181,15 +184,15 @@ def llm_text(run: dict) -> str:
         "prompt asking for a long story) for at least "
         f"{run['seconds']:g} s, each stream finishing its request under way; tokens are each answer's "
         "`usage.completion_tokens` (a stream that stopped early on end-of-sequence counts as short). Infera is "
-        f"{infera.get('server', 'manage.py serve')}, serving `smollm2` as `seed_demo` writes it (bfloat16). The "
-        f"direct ceiling is `model.generate` in bfloat16 from the same GGUF, greedy, exactly {run['max_tokens']} new "
+        f"{infera.get('server', 'manage.py serve')}, serving `smollm2` as `seed_demo` writes it ({dtype}). The "
+        f"direct ceiling is `model.generate` in {dtype} from the same GGUF, greedy, exactly {run['max_tokens']} new "
         "tokens for each of 32 prompts. transformers serve runs from its own virtualenv (bench/llm_peers.py: "
-        "the same transformers with its `serving` extras) on the GGUF converted once to a bfloat16 Hugging Face "
-        "folder under var/bench/.",
+        "the same transformers with its `serving` extras) on the GGUF converted once to a "
+        f"{dtype} Hugging Face folder under var/bench/.",
         "",
         table(["server", "streams", "tokens/s", "TTFT p50 (s)", "TTFT p99 (s)", "requests finished"], rows),
         "",
-        BOUNDS.format(cores=run.get("cores", "?")),
+        BOUNDS.format(cores=run.get("cores", "?"), dtype=dtype),
     ]
     prefix = infera.get("prefix")
     if prefix:

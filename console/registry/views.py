@@ -20,6 +20,7 @@ from console.registry.forms import MODEL_COLUMNS, MODEL_ORDER, ModelFilterForm
 from console.registry.models import RegisteredModel, VersionState
 from console.registry.playground import chat_tokens, chats, generates_text, is_language_model
 from console.registry.services import lookups
+from console.registry.try_it import SAMPLE_DIGIT_LABEL, SAMPLE_IMAGE, try_it_plan
 from console.registry.uploads import max_upload_bytes
 
 AUDIT_PAGE_SIZE = 100
@@ -40,8 +41,9 @@ def model_list(request: HttpRequest) -> HttpResponse:
 
 @role_required()
 def model_detail(request: HttpRequest, name: str) -> HttpResponse:
-    """One model: versions and their actions, upload, effective config, and a form that sends a v2 request; an
-    ensemble's pipeline as a graph; the ensembles that use it; a language model's scheduler numbers, live; a text
+    """One model in tabs: versions and their actions, upload, and a form that sends a v2 request built from its
+    config (console/registry/try_it.py); traffic; the config; the analyzer; live numbers with an ensemble's pipeline
+    as a graph; the ensembles that use it; a language model's scheduler numbers, live; a text
     generator's playground (a chat for one that takes messages)."""
     model = get_object_or_404(RegisteredModel.objects.select_related("active_version"), name=name)
     config = model.shown_config
@@ -62,6 +64,9 @@ def model_detail(request: HttpRequest, name: str) -> HttpResponse:
             "chat_tokens": chat_tokens(config, settings.INFERA.engine.openai.max_tokens),
             "language_model": is_language_model(config),
             "version_states": [state.value for state in VersionState],
+            "try_plan": try_it_plan(config),
+            "try_sample_image": SAMPLE_IMAGE,
+            "try_sample_label": SAMPLE_DIGIT_LABEL,
         },
     )
 

@@ -57,7 +57,9 @@
       await validate(text.value, format());
     }
 
-    async function validate(body, form) {
+    /* Check a config; `fromKnobs` when the form controls wrote it: then the answer never writes the controls back,
+     * since one the user is changing meanwhile would lose its new value (the editor race). */
+    async function validate(body, form, fromKnobs = false) {
       const mine = ++sequence;
       root.dataset.checking = "true";
       const answer = await api("POST", root.dataset.validate, { format: form, text: body });
@@ -67,11 +69,11 @@
         show({ valid: false, errors: [problem(answer)], changes: [], diff: [], config: null, pbtxt: "" });
         return null;
       }
-      show(answer.data);
+      show(answer.data, fromKnobs);
       return answer.data;
     }
 
-    function show(answer) {
+    function show(answer, fromKnobs = false) {
       last = answer;
       if (answer.config) parsed = answer.config;
       check.dataset.valid = String(answer.valid);
@@ -84,7 +86,7 @@
       diff.replaceChildren(
         ...answer.diff.map((line) => el("span", { className: diffClass(line) }, line + "\n")),
       );
-      if (answer.valid && answer.config) showKnobs(answer.config);
+      if (answer.valid && answer.config && !fromKnobs) showKnobs(answer.config);
       const ready = canManage && answer.valid && count > 0;
       if (saveNew) saveNew.disabled = !ready;
       if (apply) apply.disabled = !ready;
@@ -100,6 +102,7 @@
 
     function scheduleCheck() {
       clearTimeout(timer);
+      sequence += 1; // a check in flight answers for a text that is gone
       check.dataset.valid = "";
       check.textContent = "Checking…";
       if (saveNew) saveNew.disabled = true;
@@ -129,9 +132,13 @@
       knob("default_timeout_microseconds").value = policy.default_timeout_microseconds || 0;
       knob("timeout_action").value = policy.timeout_action || "REJECT";
       knob("allow_timeout_override").checked = Boolean(policy.allow_timeout_override);
+      batchingKnobs(batching !== null);
+    }
+
+    function batchingKnobs(enabled) {
       for (const name of ["delay", "preferred", "priority_levels", "default_priority_level", "max_queue_size",
         "default_timeout_microseconds", "timeout_action", "allow_timeout_override"]) {
-        knob(name).disabled = batching === null;
+        knob(name).disabled = !enabled;
       }
     }
 
@@ -174,7 +181,8 @@
       if (!parsed) return;
       clearTimeout(timer);
       const config = fromKnobs(parsed);
-      const answer = await validate(JSON.stringify(config), "json");
+      batchingKnobs(knob("dynamic").checked);
+      const answer = await validate(JSON.stringify(config), "json", true);
       if (!answer) return;
       text.value = format() === "json" ? JSON.stringify(answer.config || config, null, 2) : answer.pbtxt;
     }

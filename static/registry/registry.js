@@ -1,4 +1,4 @@
-/* Registry pages: live model and version states from the REST API, upload with progress, actions, "try it".
+/* Registry pages: live model and version states from the REST API, upload with progress, actions; "try it" is try_it.js.
  *
  * Every page polls its API URL every two seconds, so states change on screen without a reload (the models list
  * updates the rows its filters matched; a model registered since shows on the next load). Changes go to
@@ -134,9 +134,10 @@
         if (!row) continue;
         setState(row.querySelector('[data-field="state"]'), model.state);
         row.querySelector('[data-field="replica_summary"]').textContent = model.replica_summary;
-        for (const field of ["active_version", "serving_version", "version_count"]) {
-          row.querySelector(`[data-field="${field}"]`).textContent = shown(model[field]);
+        for (const field of ["active_version", "serving_version"]) {
+          row.querySelector(`[data-field="${field}"]`).textContent = model[field] === null ? "–" : `v${model[field]}`;
         }
+        row.querySelector('[data-field="version_count"]').textContent = shown(model.version_count);
       }
     }
 
@@ -194,6 +195,7 @@
       showReplicas(model.cluster);
       versions = model.versions;
       showVersions();
+      upload.follow(versions);
       tryIt.versions(model.versions.filter((v) => v.is_loaded).map((v) => v.number));
       if (model.active_version !== shownConfigFor) showConfig(model.active_version);
       if (model.serving_version !== null) tryIt.ready();
@@ -203,9 +205,8 @@
       const node = root.querySelector("#replicas");
       const known = cluster.live.length + cluster.gone.length;
       node.hidden = known < 2;
-      node.previousElementSibling.hidden = known < 2;
       const gone = cluster.gone.map((r) => `${r.name} (last seen ${new Date(r.last_seen).toLocaleString()})`);
-      node.textContent = `${cluster.live.length} serving: ${cluster.live.join(", ") || "none"}` + (gone.length ? ` · gone: ${gone.join(", ")}` : "");
+      node.textContent = `Replicas: ${cluster.live.length} serving: ${cluster.live.join(", ") || "none"}` + (gone.length ? ` · gone: ${gone.join(", ")}` : "");
     }
 
     async function showConfig(number) {
@@ -222,7 +223,7 @@
 
     function versionRow(version) {
       const stateCell = el("td", {}, el("span", { className: `state state-${version.state.toLowerCase()}` }, version.state));
-      if (version.error) stateCell.append(el("div", { className: "error-text" }, version.error));
+      if (version.error) stateCell.append(errorText(version.error));
       if (version.replica_summary) {
         // each replica's own state in the tooltip; gone replicas are listed but not counted
         const each = version.replicas.map((r) => `${r.replica}: ${r.state}${r.live ? "" : " (gone)"}${r.error ? " – " + r.error : ""}`);
@@ -243,6 +244,13 @@
         el("td", { className: "actions" }, ...(canManage ? actionButtons(version) : [])),
       );
       return row;
+    }
+
+    /* A long error folds under its first line, so it never squeezes the table. */
+    function errorText(error) {
+      const first = error.split("\n")[0];
+      if (error.length <= 80) return el("div", { className: "error-text" }, error);
+      return el("details", { className: "error-text" }, el("summary", {}, `${first.slice(0, 70)}…`), el("div", {}, error));
     }
 
     function actionButtons(version) {
@@ -285,8 +293,8 @@
       );
     }
 
-    const tryIt = initTryIt(root, name);
-    initUpload(root, base, () => refresh());
+    const tryIt = window.InferaTryIt.init(root, name);
+    const upload = initUpload(root, base, () => refresh());
     initDelete(root, base, name, () => stop && stop());
     stop = every(POLL_MS, refresh);
   }
@@ -398,7 +406,7 @@
 
   function initUpload(root, base, onDone) {
     const form = root.querySelector("#upload-form");
-    if (!form) return;
+    if (!form) return { follow() {} };
     const zone = form.querySelector("#dropzone");
     const input = form.querySelector("#upload-file");
     const chosenLabel = form.querySelector("#chosen-file");
@@ -407,6 +415,7 @@
     const button = form.querySelector("#upload-button");
     const maxBytes = Number(root.dataset.maxUpload);
     let chosen = null;
+    let loading = null; // the uploaded version whose load the notice reports, until it ends
 
     function choose(file) {
       chosen = file || null;
@@ -456,6 +465,7 @@
           const also = (answer.data.companions || []).map((v) => `${v.model}/${v.number}`);
           const withIt = also.length ? ` With it: ${also.join(", ")}.` : "";
           notice(result, true, `Version ${answer.data.number} uploaded and checked; it is loading now.${withIt}`);
+          loading = answer.data.number;
           form.reset();
           choose(null);
         } else {
@@ -473,80 +483,15 @@
       result.hidden = true;
       request.send(data);
     });
-  }
-
-  // ---- "try it": a v2 request built from the model's metadata
-
-  const ZERO = { BYTES: "0", BOOL: false };
-
-  function initTryIt(root, name) {
-    const form = root.querySelector("#try-form");
-    if (!form) return { versions() {}, ready() {} }; // a text generator's page has the playground instead
-    const body = form.querySelector("#try-body");
-    const versionSelect = form.querySelector("#try-version");
-    const token = form.querySelector("#try-token");
-    const status = root.querySelector("#try-status");
-    const answer = root.querySelector("#try-answer");
-    let built = false;
-
-    function modelUrl() {
-      const version = versionSelect.value;
-      return `/v2/models/${encodeURIComponent(name)}${version ? `/versions/${version}` : ""}`;
-    }
-
-    function headers() {
-      return token.value ? { Authorization: `Bearer ${token.value}` } : {};
-    }
-
-    async function build() {
-      const result = await api("GET", modelUrl(), undefined, headers());
-      if (!result.ok) {
-        status.textContent = `Metadata: ${problem(result)}`;
-        return false;
-      }
-      const inputs = result.data.inputs.map((tensor) => {
-        const shape = tensor.shape.map((d) => (d < 0 ? 1 : d));
-        const count = shape.reduce((a, b) => a * b, 1);
-        const zero = tensor.datatype in ZERO ? ZERO[tensor.datatype] : 0;
-        return { name: tensor.name, shape, datatype: tensor.datatype, data: new Array(count).fill(zero) };
-      });
-      body.value = JSON.stringify({ inputs }, null, 1);
-      status.textContent = `Built from the metadata of ${result.data.name} (versions ${result.data.versions.join(", ")}).`;
-      return true;
-    }
-
-    async function send() {
-      delete status.dataset.modelVersion; // set again by this answer, never left from the last one
-      const started = performance.now();
-      const result = await api("POST", `${modelUrl()}/infer`, body.value, headers());
-      const millis = (performance.now() - started).toFixed(1);
-      answer.hidden = false;
-      answer.textContent = JSON.stringify(result.data, null, 2);
-      const version = result.data && result.data.model_version ? ` · model_version ${result.data.model_version}` : "";
-      status.textContent = `HTTP ${result.status}${version} · ${millis} ms`;
-      status.dataset.modelVersion = (result.data && result.data.model_version) || "";
-    }
-
-    form.querySelector("#try-build").addEventListener("click", build);
-    form.addEventListener("submit", async (event) => {
-      event.preventDefault();
-      if (!body.value.trim() && !(await build())) return;
-      await send();
-    });
 
     return {
-      versions(numbers) {
-        const current = versionSelect.value;
-        const wanted = ["", ...numbers.map(String)];
-        const have = [...versionSelect.options].map((option) => option.value);
-        if (wanted.join() === have.join()) return;
-        versionSelect.replaceChildren(...wanted.map((v) => el("option", { value: v }, v || "active")));
-        versionSelect.value = wanted.includes(current) ? current : "";
-      },
-      async ready() {
-        if (built) return;
-        built = true;
-        if (!body.value.trim()) built = await build();
+      /* The notice follows the uploaded version: READY or FAILED replaces "it is loading now". */
+      follow(versions) {
+        const version = versions.find((v) => v.number === loading);
+        if (!version || !["READY", "FAILED"].includes(version.state)) return;
+        loading = null;
+        if (version.state === "READY") notice(result, true, `Version ${version.number} uploaded and READY${version.is_active ? " (active)" : ""}.`);
+        else notice(result, false, `Version ${version.number} uploaded but failed to load: ${version.error}`);
       },
     };
   }

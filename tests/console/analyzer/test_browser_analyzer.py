@@ -18,8 +18,10 @@ def test_it_runs_an_analysis_charts_it_and_applies_the_recommendation(infera_ser
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
     with copy_of_simple(page, infera_server, "analyzed"):
-        page.goto(infera_server.base_url + "/models/analyzed/")
-        page.wait_for_selector('#version-rows tr[data-version="1"][data-state="READY"]', timeout=WAIT_MS)
+        page.goto(infera_server.base_url + "/models/analyzed/#analyzer")
+        page.wait_for_selector(
+            '#version-rows tr[data-version="1"][data-state="READY"]', state="attached", timeout=WAIT_MS
+        )
         page.wait_for_selector("#analysis-rows :text('No analysis yet.')")
 
         page.fill("#analysis-budget", "60000")  # generous: the test is about the flow, not this machine's speed
@@ -45,7 +47,9 @@ def test_it_runs_an_analysis_charts_it_and_applies_the_recommendation(infera_ser
         page.wait_for_selector("#analysis-result.ok[data-version]", timeout=WAIT_MS)
         number = page.get_attribute("#analysis-result", "data-version")
         assert number == "2"
-        page.wait_for_selector(f'#version-rows tr[data-version="{number}"][data-state="READY"]', timeout=WAIT_MS)
+        page.wait_for_selector(
+            f'#version-rows tr[data-version="{number}"][data-state="READY"]', state="attached", timeout=WAIT_MS
+        )
         page.wait_for_function(
             f"document.querySelector('#serving-version').textContent.trim() === '{number}'", timeout=WAIT_MS
         )

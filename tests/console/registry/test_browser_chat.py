@@ -44,7 +44,7 @@ def open_chat(page, server: ServerProcess) -> list[str]:
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
     sign_in(page, server)
-    page.goto(server.base_url + "/models/tiny/")
+    page.goto(server.base_url + "/models/tiny/#playground")
     page.wait_for_selector("#chat-form")
     return errors
 
@@ -177,7 +177,7 @@ def test_it_runs_under_the_policy_and_is_accessible(chromium_browser, llm_server
     page.on("pageerror", lambda error: problems.append(str(error)))
     try:
         sign_in(page, llm_server)
-        page.goto(llm_server.base_url + "/models/tiny/", wait_until="networkidle")
+        page.goto(llm_server.base_url + "/models/tiny/#playground", wait_until="networkidle")
         page.fill("#chat-max-tokens", "4")
         page.fill("#chat-message", QUESTION)
         page.press("#chat-message", "Enter")

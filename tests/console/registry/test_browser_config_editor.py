@@ -58,8 +58,10 @@ def test_it_refuses_an_invalid_edit_and_saves_a_valid_one_as_a_version_that_beco
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
     with copy_of_simple(page, infera_server, "edited"):
-        page.goto(infera_server.base_url + "/models/edited/")
-        page.wait_for_selector('#version-rows tr[data-version="1"][data-state="READY"]', timeout=WAIT_MS)
+        page.goto(infera_server.base_url + "/models/edited/#config")
+        page.wait_for_selector(
+            '#version-rows tr[data-version="1"][data-state="READY"]', state="attached", timeout=WAIT_MS
+        )
         page.wait_for_selector('#config-editor[data-state="ready"]')
         page.wait_for_selector('#config-check[data-valid="true"]')
         text = page.input_value("#config-text")
@@ -89,11 +91,13 @@ def test_it_refuses_an_invalid_edit_and_saves_a_valid_one_as_a_version_that_beco
         page.wait_for_selector("#config-result.ok", timeout=WAIT_MS)
         number = page.get_attribute("#config-result", "data-version")
         assert number == "2"
-        page.wait_for_selector(f'#version-rows tr[data-version="{number}"][data-state="READY"]', timeout=WAIT_MS)
+        page.wait_for_selector(
+            f'#version-rows tr[data-version="{number}"][data-state="READY"]', state="attached", timeout=WAIT_MS
+        )
         page.wait_for_function(
             f"document.querySelector('#serving-version').textContent.trim() === '{number}'", timeout=WAIT_MS
         )
-        assert "smaller batches" in page.inner_text(f'#version-rows tr[data-version="{number}"]')
+        assert "smaller batches" in page.text_content(f'#version-rows tr[data-version="{number}"]')
         # the editor now edits the new active version
         page.wait_for_selector(f'#config-editor[data-state="ready"][data-version="{number}"]')
         page.goto(infera_server.base_url + "/audit/?model=edited")
@@ -101,3 +105,35 @@ def test_it_refuses_an_invalid_edit_and_saves_a_valid_one_as_a_version_that_beco
         for action in ("config.edit", "version.upload", "version.activate"):
             assert action in log
     assert errors == []
+
+
+HOLD_CHECKS = """() => {
+  const real = window.fetch;
+  window.heldChecks = [];
+  window.holding = true;
+  window.fetch = (url, options) =>
+    window.holding && String(url).includes("validate")
+      ? new Promise((resolve) => window.heldChecks.push(() => resolve(real(url, options))))
+      : real(url, options);
+}"""
+DELAY_WRITTEN = "document.querySelector('#config-text').value.includes('max_queue_delay_microseconds: 500')"
+
+
+def test_it_keeps_a_queue_delay_typed_while_the_max_batch_size_is_checked(infera_server: ServerProcess, page):
+    """The race of issue 39: max batch size set, then the queue delay typed before the engine's check of the first
+    came back; that answer wrote the old delay back into the field being typed in, and the delay was lost."""
+    with copy_of_simple(page, infera_server, "raced"):
+        page.goto(infera_server.base_url + "/models/raced/#config")
+        page.wait_for_selector('#config-check[data-valid="true"]', timeout=WAIT_MS)
+        page.evaluate(HOLD_CHECKS)
+        page.fill("#knob-max-batch-size", "4")
+        page.press("#knob-max-batch-size", "Tab")  # its change sends a check, held
+        page.wait_for_function("window.heldChecks.length === 1")
+        page.fill("#knob-delay", "500")  # typed while the first check is out
+        page.evaluate("() => { window.holding = false; window.heldChecks.shift()(); }")
+        page.wait_for_selector('#config-editor[data-checking="false"]')
+        assert page.input_value("#knob-delay") == "500"
+        page.press("#knob-delay", "Tab")
+        page.wait_for_function(DELAY_WRITTEN, timeout=WAIT_MS)
+        page.wait_for_selector('#config-check[data-valid="true"]')
+        assert "max_batch_size: 4" in page.input_value("#config-text")

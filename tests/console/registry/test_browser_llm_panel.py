@@ -34,7 +34,7 @@ def test_it_shows_the_kv_cache_sequences_and_hit_rate_live(llm_server: ServerPro
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
     sign_in(page, llm_server)
-    page.goto(llm_server.base_url + "/models/tiny/")
+    page.goto(llm_server.base_url + "/models/tiny/#monitoring")
     page.wait_for_selector("#llm-metrics")
     for _ in range(2):  # the same prompt twice: the second finds its full blocks in the prefix cache
         assert complete(llm_server, PROMPT)["choices"][0]["finish_reason"] == "length"

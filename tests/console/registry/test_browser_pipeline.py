@@ -19,7 +19,7 @@ def test_it_draws_the_digits_pipeline_with_linked_steps_and_labelled_tensors(inf
     if reason := engine_front_end_missing():
         pytest.skip(reason)
     sign_in(page, infera_server)
-    page.goto(infera_server.base_url + "/models/digits_pipeline/")
+    page.goto(infera_server.base_url + "/models/digits_pipeline/#monitoring")
     page.wait_for_selector("#pipeline svg.pipeline-graph")
 
     steps = page.locator("#pipeline g.pipeline-step")
@@ -44,6 +44,7 @@ def test_it_draws_the_digits_pipeline_with_linked_steps_and_labelled_tensors(inf
     page.click('#pipeline g.pipeline-step[data-model="digits"] a')
     page.wait_for_url(infera_server.base_url + "/models/digits/")
     assert "digits_pipeline" in page.inner_text("#used-by")
+    page.click("#tab-config")
     click_confirmed(page, "#delete-model")
     page.wait_for_selector("#delete-result.bad")
     assert page.inner_text("#delete-result") == (
@@ -58,6 +59,7 @@ def test_it_uploads_an_ensemble_version_from_a_config_alone(infera_server: Serve
     page.goto(infera_server.base_url + "/models/digits_pipeline/")
     page.wait_for_selector('#version-rows tr[data-version="1"]')
     config = (infera_server.var_dir / "models" / "digits_pipeline" / "config.pbtxt").read_bytes()
+    page.click("#upload-open")
     page.set_input_files("#upload-config", files=[{"name": "config.pbtxt", "mimeType": "text/plain", "buffer": config}])
     page.click("#upload-button")
     page.wait_for_selector("#upload-result.ok", timeout=WAIT_MS)

@@ -38,7 +38,7 @@ def test_it_streams_the_demo_generator_into_the_page(infera_server: ServerProces
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
     sign_in(page, infera_server)
-    page.goto(infera_server.base_url + "/models/text_generator/")
+    page.goto(infera_server.base_url + "/models/text_generator/#playground")
     page.fill("#playground-prompt", "The module")
     page.fill("#playground-max-tokens", "48")
     page.fill("#playground-temperature", "0")
@@ -68,7 +68,7 @@ def test_it_streams_a_completion_into_the_page(generator_server: ServerProcess, 
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
     sign_in(page, generator_server)
-    page.goto(generator_server.base_url + "/models/text_echo/")
+    page.goto(generator_server.base_url + "/models/text_echo/#playground")
     page.fill("#playground-prompt", "hello there")
     page.fill("#playground-max-tokens", "100")
     page.fill("#playground-temperature", "0")

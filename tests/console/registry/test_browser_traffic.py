@@ -24,9 +24,11 @@ def test_it_moves_the_slider_saves_a_canary_and_promotes_it(infera_server: Serve
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
     sign_in(page, infera_server)
-    page.goto(infera_server.base_url + "/models/digits/")
+    page.goto(infera_server.base_url + "/models/digits/#traffic")
     for number in ("1", "2"):
-        page.wait_for_selector(f'#version-rows tr[data-version="{number}"][data-state="READY"]', timeout=WAIT_MS)
+        page.wait_for_selector(
+            f'#version-rows tr[data-version="{number}"][data-state="READY"]', state="attached", timeout=WAIT_MS
+        )
     serving_version_is(page, "2")
     page.wait_for_selector('#traffic[data-mode="active"]', timeout=WAIT_MS)
     assert page.is_disabled("#traffic-promote") and page.is_disabled("#traffic-rollback")
@@ -62,6 +64,7 @@ def test_it_moves_the_slider_saves_a_canary_and_promotes_it(infera_server: Serve
     assert page.is_disabled("#traffic-rollback")
 
     # leave digits as the session found it
+    page.click("#tab-overview")
     click_confirmed(page, '#version-rows tr[data-version="2"] button[data-action="activate"]')
     serving_version_is(page, "2")
     page.goto(infera_server.base_url + "/audit/?model=digits")

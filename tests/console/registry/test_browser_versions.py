@@ -50,6 +50,7 @@ def test_it_uploads_a_new_version_switches_to_it_and_rolls_back(infera_server: S
 
     # drag and drop the file, then upload with a progress bar
     model = (infera_server.var_dir / "models" / "digits" / "1" / "model.onnx").read_bytes()
+    page.click("#upload-open")
     page.evaluate(DROP_FILE, ["model.onnx", base64.b64encode(model).decode()])
     assert "model.onnx" in page.inner_text("#chosen-file")
     page.fill("#upload-notes", "uploaded from the browser test")

@@ -106,6 +106,18 @@ def wait_ready(base_url: str, ready: bool, timeout: float = 300) -> None:
     raise NotAvailable(f"{MODEL} not {'ready' if ready else 'unloaded'} after {timeout:.0f} s")
 
 
+def wait_unloaded(base_url: str, token: str, timeout: float = 300) -> None:
+    """Until the repository index shows no version of the model loading, ready or unloading: not-ready comes as the
+    unload begins, its memory goes only once the engine has drained and the backend has let go."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rows = call(f"{base_url}/v2/repository/index", {}, token)
+        if not any(r.get("name") == MODEL and r.get("state") in ("LOADING", "READY", "UNLOADING") for r in rows):
+            return
+        time.sleep(0.5)
+    raise NotAvailable(f"{MODEL} still unloading after {timeout:.0f} s")
+
+
 def settled_rss(pid: int) -> float:
     time.sleep(3)  # the allocator returns freed arenas and the sampler's last reading lands
     return tree_rss_mib(pid)
@@ -152,7 +164,7 @@ def memory_cycle(server: ServerProcess, token: str) -> dict:
     base, pid = server.spec.base_url, server.process.pid
     memory = {"started_mib": tree_rss_mib(pid)}
     call(f"{base}/v2/repository/models/{MODEL}/unload", {}, token)
-    wait_ready(base, False)
+    wait_unloaded(base, token)
     memory["before_load_mib"] = settled_rss(pid)
     call(f"{base}/v2/repository/models/{MODEL}/load", {}, token)
     wait_ready(base, True)
@@ -187,7 +199,7 @@ def infera_runs(workdir: Path, gguf: Path, seconds: float, launch: str) -> dict:
         result["prefix"] = prefix_runs(spec.base_url, load_tokenizer(WeightsSource(gguf.parent, gguf.name)))
         print(f"  prefix cache: {result['prefix']}", flush=True)
         call(f"{spec.base_url}/v2/repository/models/{MODEL}/unload", {}, token)
-        wait_ready(spec.base_url, False)
+        wait_unloaded(spec.base_url, token)
         result["memory"]["after_unload_mib"] = settled_rss(server.process.pid)
         print(f"  memory: {result['memory']}", flush=True)
     return result

@@ -65,6 +65,9 @@ class GrpcSettings:
     max_health_watchers: int = 1024  # grpc.health.v1 Watch calls open at once, in all
     max_health_watchers_per_peer: int = 16  # ... and from one client address
     shutdown_grace_seconds: float = 10.0
+    # the processes of `serve --workers` share the port (SO_REUSEPORT); otherwise a port another process listens on
+    # is refused at start, as Triton's bind fails, rather than shared with it
+    port_shared: bool = False
 
 
 @dataclass(frozen=True)
@@ -234,6 +237,7 @@ def read_engine_settings(environ: Mapping[str, str] | None = None) -> EngineSett
     grpc_message_mb = read_int("INFERA_GRPC_MAX_MESSAGE_MB", 0, env, maximum=2047)
     grpc = GrpcSettings(
         port=read_int("INFERA_GRPC_PORT", GrpcSettings.port, env, maximum=65535),
+        port_shared=read_int("INFERA_WORKERS", 1, env, minimum=1) > 1,  # set for each worker by serve --workers
         # unset (or 0): as large as a /v2 body may be
         max_message_bytes=grpc_message_mb << 20 if grpc_message_mb else max_body_bytes,
         keepalive_time_ms=read_int("INFERA_GRPC_KEEPALIVE_TIME_MS", GrpcSettings.keepalive_time_ms, env, minimum=1),

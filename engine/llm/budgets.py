@@ -19,8 +19,9 @@ request ends.
 
 The counters are `LocalCounters` (this process: one replica) or `RedisCounters` (engine/llm/budget_redis.py: every
 replica on one Redis sees each other's reservations at once); both answer the same three calls, atomically. The
-gate also counts every caller's usage (prompt, completion, cached tokens) for /metrics,
-`infera_llm_usage_tokens_total{user, kind}`.
+gate also counts every caller's usage (prompt, completion, cached tokens) for /metrics, by user
+(`infera_llm_usage_tokens_total{user, kind}`) and by API token (`infera_llm_token_usage_tokens_total{token, user,
+kind}`, the token's id).
 """
 
 from __future__ import annotations
@@ -146,6 +147,7 @@ class Admission:
 
     gate: BudgetGate
     user: str
+    token: int | None = None  # the API token it came with (None: a session or anonymous)
     reserved: list[tuple[str, int]] = field(default_factory=list)  # (window key, tokens reserved)
     leases: list[tuple[str, str]] = field(default_factory=list)  # (lease set key, lease)
     settled: bool = False
@@ -163,7 +165,7 @@ class Admission:
         for key, lease in self.leases:
             await counters.give_back_lease(key, lease)
         if usage is not None:
-            self.gate.count_usage(self.user, usage)
+            self.gate.count_usage(self.user, usage, self.token)
 
     def settle_soon(self, usage: Usage | None) -> None:
         """`settle` from a synchronous callback (a client gone): run on the loop, kept until done."""
@@ -190,6 +192,7 @@ class BudgetGate:
         self.clock = clock
         self.lease_seconds = lease_seconds
         self.usage: Counter[tuple[str, str]] = Counter()  # (user, kind) -> tokens
+        self.token_usage: Counter[tuple[int, str, str]] = Counter()  # (token id, its user, kind) -> tokens
         self.pending: set[asyncio.Future] = set()
 
     @staticmethod
@@ -200,7 +203,7 @@ class BudgetGate:
 
     async def admit(self, principal: Principal, max_tokens: int) -> Admission:
         """Reserve `max_tokens` and a stream against each budget of the caller; BudgetExceeded when one refuses."""
-        admission = Admission(self, principal.name)
+        admission = Admission(self, principal.name, principal.token_id)
         try:
             for budget in principal.budgets:
                 await self._reserve(budget, max_tokens, admission)
@@ -239,16 +242,24 @@ class BudgetGate:
                 )
             admission.leases.append((key, lease))
 
-    def count_usage(self, user: str, usage: Usage) -> None:
+    def count_usage(self, user: str, usage: Usage, token: int | None = None) -> None:
         for kind, tokens in zip(USAGE_KINDS, (usage.prompt, usage.completion, usage.cached), strict=True):
             if tokens:
                 self.usage[(user, kind)] += tokens
+                if token is not None:
+                    self.token_usage[(token, user, kind)] += tokens
 
     def collect(self) -> Iterable[Metric]:
-        """`infera_llm_usage_tokens_total{user, kind}` (a prometheus_client collector)."""
-        family = Metric("infera_llm_usage_tokens", "Tokens used through /v1 by each user, by kind.", "counter")
+        """`infera_llm_usage_tokens_total{user, kind}` and, per API token, `infera_llm_token_usage_tokens_total{token,
+        user, kind}` (a prometheus_client collector)."""
+        family = Metric("infera_llm_usage_tokens", "Tokens used by each user, by kind.", "counter")
         for (user, kind), tokens in sorted(self.usage.items()):
             family.add_sample("infera_llm_usage_tokens_total", {"user": user, "kind": kind}, tokens)
+        yield family
+        family = Metric("infera_llm_token_usage_tokens", "Tokens used with each API token (its id).", "counter")
+        for (token, user, kind), tokens in sorted(self.token_usage.items()):
+            labels = {"token": str(token), "user": user, "kind": kind}
+            family.add_sample("infera_llm_token_usage_tokens_total", labels, tokens)
         yield family
 
 

@@ -103,11 +103,11 @@ async def test_the_max_tokens_ceiling_is_the_lowest_set():
     assert BudgetGate.ceiling(caller(Budget("user:1", max_tokens=64), Budget("token:7", tokens_per_minute=9))) == 64
 
 
-async def test_usage_is_counted_per_user_for_metrics(gate):
+async def test_usage_is_counted_per_user_and_per_token_for_metrics(gate):
     for name in ("ada", "ada", "bob"):
         admission = await gate.admit(caller(name=name), 16)
         await admission.settle(Usage(prompt=10, completion=4, cached=8))
-    (family,) = gate.collect()
+    family, per_token = gate.collect()
     samples = {(s.labels["user"], s.labels["kind"]): s.value for s in family.samples}
     assert family.name == "infera_llm_usage_tokens"
     assert samples == {
@@ -119,6 +119,8 @@ async def test_usage_is_counted_per_user_for_metrics(gate):
         ("bob", "cached"): 8,
     }
     assert all(s.name == "infera_llm_usage_tokens_total" for s in family.samples)
+    tokens = {(s.labels["token"], s.labels["user"], s.labels["kind"]): s.value for s in per_token.samples}
+    assert tokens[("7", "ada", "completion")] == 8 and tokens[("7", "bob", "prompt")] == 10  # caller(): token 7
 
 
 async def test_local_counters_forget_an_expired_minute(clock):

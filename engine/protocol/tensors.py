@@ -187,7 +187,8 @@ def array_from_binary(name: str, datatype: str, shape: list[int], raw: memoryvie
     dtype = numpy_dtype(datatype).newbyteorder("<")
     needed = count * dtype.itemsize
     if len(raw) != needed:
-        raise InvalidArgument(
+        raise InvalidArgument(  # Triton's text first (core infer_request.cc), then Infera's
+            f"input byte size mismatch for input '{name}' for model '{model}'. Expected {needed}, got {len(raw)}: "
             f"input '{name}' has {len(raw)} bytes of binary data but shape {shape_text(shape)} "
             f"of {datatype} needs {needed}"
         )

@@ -128,6 +128,22 @@ def test_shared_memory_past_a_regions_end_is_refused_with_tritons_words(served: 
 
 
 @BOTH
+def test_an_input_larger_than_its_shape_is_refused_with_tritons_words(served: Served, module) -> None:
+    """As Triton's QA test_too_big_shm finds it: a 128-byte shared memory input for a [1, 16] INT32 one."""
+    client = served.client(module)
+    name = f"larger_{module.__name__.rsplit('.', 1)[-1]}"
+    with client_region(128) as (key, _):
+        client.register_system_shared_memory(name, key, 128)
+        try:
+            inputs = simple_inputs(module)
+            inputs[1].set_shared_memory(name, 128)
+            message = refusal(lambda: client.infer("simple", inputs))
+        finally:
+            client.unregister_system_shared_memory(name)
+    assert message.startswith("input byte size mismatch for input 'INPUT1' for model 'simple'. Expected 64, got 128")
+
+
+@BOTH
 def test_an_input_in_shared_memory_beside_one_in_the_message_is_served(served: Served, region, module) -> None:
     """tritonclient's gRPC sends raw_input_contents only for the inputs outside shared memory (as Triton reads
     them); they were once counted against every input and refused."""

@@ -88,7 +88,7 @@ def test_it_names_what_is_wrong_in_openai_shape(client):
 
 def test_it_answers_unknown_paths_with_404(client):
     try:
-        urllib.request.urlopen(str(client.base_url) + "embeddings", timeout=10)
+        urllib.request.urlopen(str(client.base_url) + "audio/speech", timeout=10)
     except urllib.error.HTTPError as error:
         assert error.code == 404 and json.loads(error.read())["error"]["type"] == "not_found_error"
     else:

@@ -350,9 +350,9 @@ class SharedMemoryRegistry:
         cleaned = key.lstrip("/")
         shown = key if len(key) <= NAME_MAX else f"{key[:40]}..."
         if not cleaned or "/" in cleaned or "\x00" in cleaned or cleaned in (".", "..") or len(cleaned) > NAME_MAX:
-            raise InvalidArgument(
-                f"failed to register shared memory region '{name}': '{shown}' is not a shared memory key "
-                f"(one name of 1 to {NAME_MAX} characters, after an optional '/')"
+            raise InvalidArgument(  # Triton's text first (server common.cc), then Infera's
+                f"cannot register shared memory region '{name}' - invalid shm key '{shown}': '{shown}' is not a "
+                f"shared memory key (one name of 1 to {NAME_MAX} characters, after an optional '/')"
             )
         if cleaned.startswith(RESERVED_KEY_PREFIX):
             raise InvalidArgument(

@@ -144,6 +144,14 @@ def test_an_input_larger_than_its_shape_is_refused_with_tritons_words(served: Se
 
 
 @BOTH
+def test_a_key_of_slashes_only_is_refused_with_tritons_words(served: Served, module) -> None:
+    client = served.client(module)
+    for key in ("/", "///"):  # Triton's QA test_register_invalid_shm_key
+        message = refusal(lambda key=key: client.register_system_shared_memory("slashes", key, 64))
+        assert message.startswith(f"cannot register shared memory region 'slashes' - invalid shm key '{key}'")
+
+
+@BOTH
 def test_an_input_in_shared_memory_beside_one_in_the_message_is_served(served: Served, region, module) -> None:
     """tritonclient's gRPC sends raw_input_contents only for the inputs outside shared memory (as Triton reads
     them); they were once counted against every input and refused."""

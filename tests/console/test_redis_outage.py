@@ -75,7 +75,7 @@ def test_it_serves_and_converges_without_redis_and_streams_again_when_it_returns
     server, redis, admin_key = redis_served
     client = httpclient.InferenceServerClient(server.base_url.removeprefix("http://"))
     wait_for_ready(client, "simple", True)
-    # started whole (the seeded smollm2 loads for half a minute after simple): the sampler streams from then on
+    # started whole (every seeded model loaded after simple): the sampler streams from then on
     assert server.wait_for("/v2/health/ready", timeout=300) == 200
     cookie = session_cookie(server)
     assert '"type":"snapshot"' in asyncio.run(first_snapshot(server, cookie))

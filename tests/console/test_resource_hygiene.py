@@ -128,7 +128,7 @@ def hygiene(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HygieneServer]
         "INFERA_SECURE_COOKIES": "0",
     }
     with serve_process(home / "var", "--no-access-log", env=env) as server:
-        # every seeded model loaded (smollm2 and the text generator take a while) before any baseline is taken
+        # every seeded model loaded (the text generator takes a while) before any baseline is taken
         if server.wait_for("/v2/health/ready", timeout=300) != 200:
             pytest.fail(f"the server never became ready:\n{server.log()[-3000:]}")
         for model in ("simple", "simple_string"):

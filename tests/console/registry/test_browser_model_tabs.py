@@ -14,6 +14,12 @@ WAIT_MS = 120_000
 FIRST_SCREEN_PX = 1200
 
 
+@pytest.fixture(scope="module")
+def infera_server(infera_full_server: ServerProcess) -> ServerProcess:
+    """The session's server with every demo model: every model page is measured, smollm2's and the encoder's."""
+    return infera_full_server
+
+
 @pytest.fixture
 def wide_page(chromium_browser):
     context = chromium_browser.new_context(viewport={"width": 1400, "height": 900}, bypass_csp=True)

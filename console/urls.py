@@ -5,7 +5,9 @@ from __future__ import annotations
 from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.templatetags.static import static
 from django.urls import include, path, re_path
+from django.views.generic import RedirectView
 
 from console import views
 from console.accounts.login_view import sign_in
@@ -26,5 +28,7 @@ urlpatterns = [
     path("", include("console.registry.urls")),
     path("", include("console.analyzer.urls")),
     path("api/schema/", ProtectedSchemaView.as_view(), name="api-schema"),
+    # browsers ask for /favicon.ico on pages that name no icon (the admin, Swagger): the console's, not a 404
+    path("favicon.ico", RedirectView.as_view(url=static("console/favicon.svg"), permanent=True)),
     re_path(rf"^{settings.STATIC_URL.strip('/')}/(?P<path>.+)$", serve_static, name="static"),
 ]

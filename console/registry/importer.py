@@ -19,6 +19,7 @@ from django.db import transaction
 
 from console.audit.models import actor_user
 from console.registry import ensemble_graph
+from console.registry.describe import describe
 from console.registry.models import ModelVersion, RegisteredModel, VersionState, model_name_validator
 from console.registry.services import model_actions
 from console.registry.store import ModelStore, folder_digest, get_store
@@ -81,7 +82,8 @@ def _import_model(
     name = found.name
     with transaction.atomic():
         model, _ = RegisteredModel.objects.get_or_create(
-            name=name, defaults={"created_by": actor_user(actor), "description": f"imported from '{root.name}'"}
+            name=name,
+            defaults={"created_by": actor_user(actor), "description": describe(found.config) or f"from '{root.name}'"},
         )
         known = set(model.versions.values_list("number", flat=True))
         if not in_place:

@@ -126,6 +126,8 @@
       view.hidden = false;
       view.dataset.analysis = String(analysis.id);
       root.dataset.state = analysis.state;
+      // "queued" and "cancelling" notices are stale once the analysis has ended: its state says it now
+      if (!open && /^Analysis \d+( queued|: cancelling)/.test(result.textContent)) result.hidden = true;
       field("analysis-title").textContent = `${analysis.id} (version ${analysis.version}, p99 budget ${analysis.budget_ms} ms)`;
       const state = field("analysis-state");
       state.textContent = analysis.cancel_requested && open ? "CANCELLING" : analysis.state;

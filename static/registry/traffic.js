@@ -270,15 +270,16 @@
     function syncSlider() {
       if (!pair) return;
       const total = weightOf(pair[0]) + weightOf(pair[1]);
-      slider.value = String(total > 0 ? Math.round((100 * weightOf(pair[1])) / total) : 0);
+      // the thumb divides the bar as the versions share the requests: the left version's share left of it
+      slider.value = String(total > 0 ? Math.round((100 * weightOf(pair[0])) / total) : 100);
       sliderLabels();
     }
 
     function sliderLabels() {
       const value = Number(slider.value);
-      form.querySelector("#traffic-slider-left").textContent = `v${pair[0]} ${100 - value}%`;
-      form.querySelector("#traffic-slider-right").textContent = `v${pair[1]} ${value}%`;
-      slider.setAttribute("aria-valuetext", `version ${pair[1]}: ${value}%, version ${pair[0]}: ${100 - value}%`);
+      form.querySelector("#traffic-slider-left").textContent = `v${pair[0]} ${value}%`;
+      form.querySelector("#traffic-slider-right").textContent = `v${pair[1]} ${100 - value}%`;
+      slider.setAttribute("aria-valuetext", `version ${pair[0]}: ${value}%, version ${pair[1]}: ${100 - value}%`);
     }
 
     function showMode() {
@@ -292,8 +293,8 @@
       if (!pair) return;
       edited = true;
       const value = Number(slider.value);
-      weightInput(pair[0]).value = String(100 - value);
-      weightInput(pair[1]).value = String(value);
+      weightInput(pair[0]).value = String(value);
+      weightInput(pair[1]).value = String(100 - value);
       sliderLabels();
     });
     weightsBox.addEventListener("input", () => {

@@ -36,12 +36,15 @@ def test_it_moves_the_slider_saves_a_canary_and_promotes_it(infera_server: Serve
     # a canary starts at 90/10 between the active version and the other one; the slider moves the share
     page.select_option("#traffic-mode", "canary")
     assert page.input_value('#traffic-weights input[data-version="2"]') == "90"
+    # the thumb divides the bar as the versions share: the active v2's 90% left of it, v1's 10% right of it
+    assert page.input_value("#traffic-slider") == "90"
     page.focus("#traffic-slider")
-    page.keyboard.press("Home")
+    page.keyboard.press("End")
     for _ in range(30):
-        page.keyboard.press("ArrowRight")
+        page.keyboard.press("ArrowLeft")  # towards v1's side: v1 gets more
     assert page.input_value('#traffic-weights input[data-version="1"]') == "30"
     assert page.input_value('#traffic-weights input[data-version="2"]') == "70"
+    assert page.inner_text("#traffic-slider-left") == "v2 70%"
     assert page.inner_text("#traffic-slider-right") == "v1 30%"
 
     page.click("#traffic-save")

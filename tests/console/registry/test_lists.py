@@ -89,7 +89,9 @@ def trail():
 def audit_rows(html: str) -> list[tuple[str, str, str]]:
     body = html.split("<tbody>", 1)[1]
     cells = re.findall(
-        r"<tr>\s*<td><time[^>]*>[^<]*</time></td>\s*<td>([^<]*)</td>\s*<td>([^<]*)</td>\s*<td>([^<]*)</td>", body
+        r"<tr>\s*<td><time[^>]*>[^<]*</time></td>\s*<td>([^<]*)</td>"
+        r'\s*<td>[^<]*<code class="action-code">([^<]*)</code></td>\s*<td>([^<]*)</td>',
+        body,
     )
     return [tuple(cell) for cell in cells]
 

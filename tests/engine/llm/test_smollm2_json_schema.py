@@ -11,8 +11,6 @@ from concurrent.futures import ThreadPoolExecutor
 import jsonschema
 import pytest
 
-from tests.engine.llm.test_openai_llm import smollm2_client
-
 pytestmark = pytest.mark.server
 
 ANSWERS = 100
@@ -33,25 +31,25 @@ CITIES = ["Paris", "Tokyo", "Lagos", "Lima", "Sydney", "Toronto", "Cairo", "Berl
 
 
 @pytest.mark.slow  # loading SmolLM2 and 100 answers of about 40 tokens on two shared cores: a few minutes
-def test_it_holds_100_of_100_smollm2_answers_to_a_json_schema(tmp_path, monkeypatch):
-    with smollm2_client(tmp_path, monkeypatch) as client:
+def test_it_holds_100_of_100_smollm2_answers_to_a_json_schema(smollm2_openai_client):
+    client = smollm2_openai_client
 
-        def ask(index: int) -> tuple[str, str | None]:
-            city = CITIES[index % len(CITIES)]
-            answer = client.chat.completions.create(
-                model="smollm2",
-                messages=[{"role": "user", "content": f"Describe the city of {city} as JSON."}],
-                response_format=FORMAT,
-                max_tokens=160,
-                temperature=1.0,
-                seed=index,
-            )
-            return answer.choices[0].message.content, answer.choices[0].finish_reason
+    def ask(index: int) -> tuple[str, str | None]:
+        city = CITIES[index % len(CITIES)]
+        answer = client.chat.completions.create(
+            model="smollm2",
+            messages=[{"role": "user", "content": f"Describe the city of {city} as JSON."}],
+            response_format=FORMAT,
+            max_tokens=160,
+            temperature=1.0,
+            seed=index,
+        )
+        return answer.choices[0].message.content, answer.choices[0].finish_reason
 
-        started = time.monotonic()
-        with ThreadPoolExecutor(8) as pool:
-            answers = list(pool.map(ask, range(ANSWERS)))
-        elapsed = time.monotonic() - started
+    started = time.monotonic()
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(ask, range(ANSWERS)))
+    elapsed = time.monotonic() - started
     valid = 0
     for text, reason in answers:
         assert reason == "stop", text

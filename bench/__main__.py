@@ -15,25 +15,29 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import cluster_runs, ensemble_models, ensemble_runs, llm, mlserver_peer, profile_runs, traffic_runs
-from bench.dashboards import run_dashboards
+from bench import cluster_runs, llm, mlserver_peer, profile_runs, traffic_runs
 from bench.direct import measure_direct
 from bench.engine_inproc import measure_engine
 from bench.grpc_runs import H2LOAD, GrpcTarget, measure_grpc_target, wait_for_grpc
-from bench.hotswap import console_switcher, repository_switcher, run_hotswap
 from bench.http_runs import HttpPlan, Target, measure_target, write_echo_responses
-from bench.infera import LAUNCH_MODES, ConsoleHome, infera_spec, resolve_mode
-from bench.models import MLP_SMALL, MODELS, write_python_repository, write_repository
+from bench.infera import LAUNCH_MODES, infera_spec, resolve_mode
+from bench.models import MLP_SMALL, MODELS, write_repository
 from bench.multiplex import memory_sections
-from bench.python_runs import CONCURRENCIES, MODES, measure_python_models
 from bench.report import print_summary, write_outputs
-from bench.sequence_models import PREFERRED_BATCH_SIZES, QUEUE_DELAY_US, STRATEGIES, write_sequence_repository
-from bench.sequence_runs import CONCURRENCY, STEPS, measure_sequence_models
+from bench.sequence_runs import CONCURRENCY, STEPS
+from bench.served_sections import (
+    RESULTS,
+    dashboards_section,
+    ensemble_section,
+    hotswap_section,
+    python_section,
+    sequences_section,
+    with_models,
+)
 from bench.servers import ROOT, NotAvailable, ServerProcess, ServerSpec, echo_spec, free_port
 from bench.system import load_average, system_info, usable_cores
 from bench.wrk import WRK, WrkScripts
 
-RESULTS = ROOT / "bench" / "results"
 # the last GPU run (bench/gpu.sh on a GPU machine), kept in git: no machine that runs `make bench` has to have a GPU
 GPU_RESULTS = ROOT / "docs" / "benchmarks-gpu.json"
 HTTP_TARGETS = ("echo-uvicorn", "echo-daphne", "infera-uvicorn", "infera-daphne", "infera-default", "mlserver")
@@ -131,13 +135,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     left_out = {t for p in PROFILES if p not in args.profile for t in PROFILE_TARGETS[p]}
     args.targets = [t for t in args.targets if t not in left_out]
     return args
-
-
-def with_models(spec: ServerSpec, models: list[str], name: str | None = None) -> ServerSpec:
-    """`spec` waiting for `models` to be ready too, its log named `name` when given."""
-    spec.ready_models = list(models)
-    spec.name = name or spec.name
-    return spec
 
 
 def http_targets(args: argparse.Namespace, repository: Path, workdir: Path, echo_dir: Path) -> list[Target]:
@@ -258,106 +255,6 @@ def guarded(section: str, run) -> dict:
     if "unavailable" in result:
         print(f"  not available: {result['unavailable'][:300]}", flush=True)
     return result
-
-
-def hotswap_section(args, repository: Path, workdir: Path, scripts: WrkScripts) -> dict:
-    mode = resolve_mode(args.infera_launch)
-    spec = infera_spec("uvicorn", free_port(), repository, workdir / "hotswap", mode)
-    with_models(spec, [MLP_SMALL.name], "infera-hotswap")
-    with ServerProcess(spec, RESULTS / "logs"):
-        if mode == "console":
-            switch = console_switcher(spec.base_url, ConsoleHome(workdir / "hotswap").api_token())
-            mechanism = "the console API (POST /api/models/mlp_small/versions/{n}/activate)"
-        else:
-            switch = repository_switcher(spec.base_url)
-            mechanism = "the v2 repository extension (load with a version_policy override)"
-        result = run_hotswap(spec, switch, repository, scripts, args.seconds)
-    result["mechanism"] = mechanism
-    d, s = result["during"], result["steady"]
-    print(
-        f"  steady p99 {s['p99_ms']:.3f} ms, during switches p99 {d['p99_ms']:.3f} ms, failed {d['errors']}", flush=True
-    )
-    return result
-
-
-def dashboards_section(args, repository: Path, workdir: Path, scripts: WrkScripts) -> dict:
-    if resolve_mode(args.infera_launch) != "console":
-        raise NotAvailable("/ws/metrics/ lives in the console process, which this tree cannot start yet")
-    spec = infera_spec("uvicorn", free_port(), repository, workdir / "dashboards", "console")
-    with_models(spec, [MLP_SMALL.name], "infera-dashboards")
-    with ServerProcess(spec, RESULTS / "logs"):
-        cookie = ConsoleHome(workdir / "dashboards").session_cookie()
-        result = run_dashboards(spec, cookie, repository, scripts, args.seconds)
-    print(
-        f"  {result['rps_without']:.0f} req/s without, {result['rps_with']:.0f} with: cost {result['cost'] * 100:.1f}%"
-    )
-    return result
-
-
-def python_section(args, repository: Path, workdir: Path, scripts: WrkScripts) -> dict:
-    """add_sub as a python-backend model, isolated and in process, both in one infera-uvicorn process."""
-    python_repository = write_python_repository(RESULTS / "python-repository").resolve()
-    mode = resolve_mode(args.infera_launch)
-    spec = infera_spec("uvicorn", free_port(), python_repository, workdir / "python", mode)
-    with_models(spec, list(MODES), "infera-python")
-    with ServerProcess(spec, RESULTS / "logs"):
-        rows = measure_python_models(spec, repository, scripts, args.encodings, args.seconds, args.runs)
-    return {
-        "rows": rows,
-        "encodings": args.encodings,
-        "concurrencies": list(CONCURRENCIES),
-        "seconds": args.seconds,
-        "runs": args.runs,
-        "launch": mode,
-    }
-
-
-def sequences_section(args, workdir: Path) -> dict:
-    """The ONNX accumulator under direct, oldest and no sequence batching, in one infera-uvicorn process."""
-    sequence_repository = write_sequence_repository(RESULTS / "sequence-repository").resolve()
-    mode = resolve_mode(args.infera_launch)
-    spec = infera_spec("uvicorn", free_port(), sequence_repository, workdir / "sequences", mode)
-    with_models(spec, list(STRATEGIES), "infera-sequences")
-    with ServerProcess(spec, RESULTS / "logs"):
-        rows = measure_sequence_models(spec.base_url, args.seconds, args.runs)
-    return {
-        "rows": rows,
-        "concurrency": CONCURRENCY,
-        "steps": STEPS,
-        "preferred_batch_sizes": list(PREFERRED_BATCH_SIZES),
-        "queue_delay_us": QUEUE_DELAY_US,
-        "seconds": args.seconds,
-        "runs": args.runs,
-        "launch": mode,
-        "cores": usable_cores(),
-    }
-
-
-def ensemble_section(args, workdir: Path) -> dict:
-    """digits_pipeline against the client chaining its three steps, both in one infera-uvicorn process."""
-    models = ensemble_models  # the section's four models and its images
-    repository = models.write_ensemble_repository(RESULTS / "ensemble-repository", models.trained_digits(RESULTS))
-    images = models.digit_images(repository / models.DIGITS / str(models.DIGITS_VERSION) / "model.onnx")
-    mode = resolve_mode(args.infera_launch)
-    spec = infera_spec("uvicorn", free_port(), repository.resolve(), workdir / "ensemble", mode)
-    with_models(spec, [*models.STEPS, models.PIPELINE], "infera-ensemble")
-    with ServerProcess(spec, RESULTS / "logs"):
-        rows = ensemble_runs.measure_ensemble(spec.base_url, images, args.seconds, args.runs)
-    return {
-        "rows": rows,
-        "paths": ensemble_runs.PATHS,
-        "concurrencies": list(ensemble_runs.CONCURRENCIES),
-        "queue_delay_us": models.queue_delays(repository),
-        "digits_version": models.DIGITS_VERSION,
-        "scale": models.SCALE,
-        "margin": models.MARGIN,
-        "images": len(images),
-        "body_bytes": round(sum(len(image.body) for image in images) / len(images)),
-        "seconds": args.seconds,
-        "runs": args.runs,
-        "launch": mode,
-        "cores": usable_cores(),
-    }
 
 
 def render_only(out: Path) -> int:

@@ -19,21 +19,20 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import grpc
-from google.protobuf import descriptor_pb2, json_format
-from grpc_health.v1 import health_pb2
+from google.protobuf import json_format
 
 from engine.config.text_format import config_to_dict
 from engine.errors import InferaError, Unauthorized
 from engine.frontend import generate_budgets
 from engine.frontend.caller_limits import CallerLimits, caller_key
+from engine.frontend.grpc_binding import enable_reflection, refuse_a_taken_port
 from engine.frontend.grpc_calls import Binder, Call, CallGate, parsed, parsed_stream, peer_host, refusal, status_code
-from engine.frontend.grpc_health_service import HEALTH_METHODS, HEALTH_SERVICE, HealthService
+from engine.frontend.grpc_health_service import HEALTH_METHODS, HealthService
 from engine.frontend.grpc_management import ManagementCalls
 from engine.frontend.header_rules import GRPC_REFUSAL, HeaderCheck
 from engine.frontend.repository_load import RepositoryControl
@@ -64,7 +63,6 @@ Decoded = tuple[VersionRoute, InferenceRequest, int, CallerRegions]
 Authenticate = Callable[[dict[str, Any]], Awaitable[Principal]]
 # requests whose raw contents are larger than this decode on a worker thread (as HTTP bodies do)
 DECODE_ON_LOOP_BYTES = 256 * 1024
-REFLECTION_SERVICES = ("grpc.reflection.v1alpha.ServerReflection", "grpc.reflection.v1.ServerReflection")
 # the server's own probes, as /v2/health/*; a model's readiness needs a token where /v2/models/<m>/ready does
 OPEN_METHODS = frozenset({"ServerLive", "ServerReady"})
 INFERENCE_METHODS = frozenset({"ModelInfer", "ModelStreamInfer"})  # their metadata may be forwarded as parameters
@@ -132,7 +130,7 @@ class GrpcFrontEnd(ManagementCalls):
                 server = grpc.aio.server(
                     options=options, compression=COMPRESSION[self.settings.response_compression], interceptors=[gate]
                 )
-                _enable_reflection(server)
+                enable_reflection(server)
                 address = f"[{self.host}]:{port}" if ":" in self.host else f"{self.host}:{port}"
                 port = server.add_insecure_port(address)  # the first binds (port 0: any free one), the rest share
                 await server.start()
@@ -477,39 +475,8 @@ class GrpcFrontEnd(ManagementCalls):
                 stream.cancel()
 
 
-def refuse_a_taken_port(host: str, port: int) -> None:
-    """OSError when another process listens on host:port. The acceptors bind with SO_REUSEPORT (grpc's default),
-    which would let this server share a port with any other of the same user: the clients' calls would be split
-    between the two. Triton's bind fails instead, and so does this."""
-    for family, kind, proto, _, address in socket.getaddrinfo(
-        host.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-    ):
-        with socket.socket(family, kind, proto) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a closed connection's TIME_WAIT is no owner
-            try:
-                probe.bind(address)
-            except OSError as exc:
-                text = f"gRPC port {host}:{port} is in use by another process: {exc.strerror}"
-                raise OSError(exc.errno, text) from exc
-
-
 def _stream_error(message: Any, text: str) -> Any:
     failed = messages.ModelInferResponse(
         id=message.id, model_name=message.model_name, model_version=message.model_version
     )
     return messages.ModelStreamInferResponse(error_message=text, infer_response=failed)
-
-
-def _enable_reflection(server: grpc.aio.Server) -> None:
-    """Server reflection over Infera's own descriptor pool (which also holds health and reflection themselves)."""
-    from grpc_reflection.v1alpha import reflection, reflection_pb2
-
-    for module in (health_pb2, reflection_pb2):
-        proto = descriptor_pb2.FileDescriptorProto.FromString(module.DESCRIPTOR.serialized_pb)
-        try:
-            messages.POOL.Add(proto)
-        except TypeError:
-            pass  # already added by an earlier front end in this process
-    reflection.enable_server_reflection(
-        (messages.SERVICE, HEALTH_SERVICE, *REFLECTION_SERVICES), server, pool=messages.POOL
-    )

@@ -50,6 +50,7 @@
   }
 
   const DASH = { p50: "solid", p95: "dash", p99: "dot" };
+  const SMOOTH = 5; // rates are averaged over 5 points: one request in a while reads as a level, not a spike
 
   /* Each replica's own figures, in a snapshot of the whole cluster (none in one replica's own snapshots). */
   function replicasOf(snapshot) {
@@ -61,7 +62,7 @@
       const replicas = replicasOf(snapshot);
       if (!replicas.length) return [];
       const points = replicas.map((r) => ({ key: r.name, y: r.server.requests_per_s, trace: line(r.name, colorOf(`replica ${r.name}`)) }));
-      points.push({ key: "total", y: snapshot.server.requests_per_s,
+      points.push({ key: "total", y: snapshot.server.requests_per_s, fixed: true,
         trace: line("all replicas", "#1d2733", { line: { dash: "dot", width: 3 } }) });
       return points;
     }),
@@ -69,9 +70,9 @@
       const models = entries(snapshot);
       const points = models.map((m) => ({ key: m.name, y: m.success_per_s, trace: line(m.name, colorOf(m.name)) }));
       const failures = models.reduce((sum, m) => sum + m.failure_per_s, 0);
-      points.push({ key: "failures", y: failures, trace: line("failures", "#b3261e", { line: { dash: "dot" } }) });
+      points.push({ key: "failures", y: failures, fixed: true, trace: line("failures", "#b3261e", { line: { dash: "dot" } }) });
       return points;
-    }),
+    }, { smooth: SMOOTH }),
     protocols: new LiveChart("chart-protocols", layout("requests/s", { barmode: "stack", bargap: 0.1 }), (snapshot) => {
       const totals = {};
       for (const m of byModel(snapshot).values()) {
@@ -88,16 +89,17 @@
       entries(snapshot).flatMap((m) =>
         Object.keys(DASH).map((p) => ({
           key: `${m.name} ${p}`,
+          group: m.name,
           y: m.latency_ms ? m.latency_ms[p] : null,
           trace: line(`${m.name} ${p}`, colorOf(m.name), { line: { dash: DASH[p] } }),
         })),
-      ),
+      ), { top: 3, fold: "max" },
     ),
     queueCompute: new LiveChart("chart-queue-compute", layout("ms per request"), (snapshot) =>
       entries(snapshot).flatMap((m) => [
-        { key: `${m.name} queue`, y: m.queue_ms, trace: line(`${m.name} queue`, colorOf(m.name), { line: { dash: "dot" } }) },
-        { key: `${m.name} compute`, y: m.compute_ms, trace: line(`${m.name} compute`, colorOf(m.name)) },
-      ]),
+        { key: `${m.name} queue`, group: m.name, y: m.queue_ms, trace: line(`${m.name} queue`, colorOf(m.name), { line: { dash: "dot" } }) },
+        { key: `${m.name} compute`, group: m.name, y: m.compute_ms, trace: line(`${m.name} compute`, colorOf(m.name)) },
+      ]), { top: 4, fold: "max" },
     ),
     batchSizes: new LiveChart("chart-batch-sizes", layout("executions/s", { barmode: "stack", bargap: 0.1 }), (snapshot) => {
       const sizes = {};
@@ -108,7 +110,7 @@
       return Object.keys(sizes)
         .sort((a, b) => Number(a) - Number(b))
         .map((size) => ({ key: size, y: sizes[size] / seconds, trace: { type: "bar", name: `batch ${size}` } }));
-    }),
+    }, { smooth: SMOOTH }),
     devices: new LiveChart(
       "chart-devices",
       layout("utilization %", {
@@ -119,30 +121,33 @@
     ),
     pending: new LiveChart("chart-pending", layout("requests"), (snapshot) =>
       entries(snapshot).map((m) => ({ key: m.name, y: m.pending, trace: line(m.name, colorOf(m.name)) })),
+      { empty: "No request has waited in a queue in this window." },
     ),
     tokens: new LiveChart("chart-tokens", layout("responses/s"), (snapshot) =>
       generators(snapshot).map((m) => ({ key: m.name, y: m.streams.responses_per_s, trace: line(m.name, colorOf(m.name)) })),
+      { smooth: SMOOTH, empty: "No streamed responses in this window: a generator's playground streams some." },
     ),
     firstResponse: new LiveChart("chart-first-response", layout("ms"), (snapshot) =>
       generators(snapshot).flatMap((m) => [
-        { key: `${m.name} first`, y: m.streams.first_response_ms, trace: line(`${m.name} to first`, colorOf(m.name)) },
-        { key: `${m.name} between`, y: m.streams.between_responses_ms,
+        { key: `${m.name} first`, group: m.name, y: m.streams.first_response_ms, trace: line(`${m.name} to first`, colorOf(m.name)) },
+        { key: `${m.name} between`, group: m.name, y: m.streams.between_responses_ms,
           trace: line(`${m.name} between`, colorOf(m.name), { line: { dash: "dot" } }) },
-      ]),
+      ]), { top: 4, fold: "max", empty: "No streamed responses in this window." },
     ),
     streams: new LiveChart("chart-streams", layout("streams"), (snapshot) =>
       generators(snapshot).map((m) => ({ key: m.name, y: m.streams.in_flight, trace: line(m.name, colorOf(m.name)) })),
+      { empty: "No stream open in this window." },
     ),
     sequences: new LiveChart("chart-sequences", layout("sequences"), (snapshot) =>
       [...byModel(snapshot).values()]
         .filter((m) => m.sequences)
         .flatMap((m) => [
-          { key: `${m.name} live`, y: m.sequences.live, trace: line(`${m.name} live`, colorOf(m.name)) },
-          { key: `${m.name} slots`, y: m.sequences.slots_used,
+          { key: `${m.name} live`, group: m.name, y: m.sequences.live, trace: line(`${m.name} live`, colorOf(m.name)) },
+          { key: `${m.name} slots`, group: m.name, y: m.sequences.slots_used,
             trace: line(`${m.name} slots in use`, colorOf(m.name), { line: { dash: "dot" } }) },
-          { key: `${m.name} backlog`, y: m.sequences.backlog,
+          { key: `${m.name} backlog`, group: m.name, y: m.sequences.backlog,
             trace: line(`${m.name} backlog`, colorOf(m.name), { line: { dash: "dash" } }) },
-        ]),
+        ]), { top: 3, fold: "max", empty: "No sequence open in this window: a sequence model's Try it opens one." },
     ),
   };
 

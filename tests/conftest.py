@@ -214,6 +214,23 @@ def infera_full_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ser
         yield server
 
 
+@pytest.fixture
+def worker_commands(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The command lines `serve --workers` starts its workers with, recorded instead of run (the port taken free)."""
+    from types import SimpleNamespace
+
+    from console.hosting import workers
+
+    commands: list[list[str]] = []
+    monkeypatch.setattr(workers, "check_port_free", lambda host, port: None)
+    monkeypatch.setattr(
+        workers,
+        "WorkerSupervisor",
+        lambda command, count, replica: SimpleNamespace(run=lambda: commands.append(command) or 0),
+    )
+    return commands
+
+
 def engine_front_end_missing() -> str | None:
     """Why /v2 cannot answer yet in this build, or None once the engine and its v2 front end are in."""
     for path in ("engine/serving/server.py", "engine/frontend"):

@@ -33,18 +33,7 @@ def test_the_flags_set_the_engines_rules_in_place_of_the_variables(monkeypatch) 
     assert header_rules(options()) == {}
 
 
-def test_the_workers_get_the_flags_as_given(monkeypatch, settings) -> None:
-    commands: list[list[str]] = []
-
-    class Supervisor:
-        def __init__(self, command: list[str], count: int, replica: str) -> None:
-            commands.append(command)
-
-        def run(self) -> int:
-            return 0
-
-    monkeypatch.setattr(workers, "WorkerSupervisor", Supervisor)
-    monkeypatch.setattr(workers, "check_port_free", lambda host, port: None)
+def test_the_workers_get_the_flags_as_given(worker_commands, settings) -> None:
     given = options(
         server="uvicorn",
         no_access_log=False,
@@ -53,7 +42,7 @@ def test_the_workers_get_the_flags_as_given(monkeypatch, settings) -> None:
         http_header_forward_pattern="^x-",
     )
     workers.run_workers("127.0.0.1", 8000, 2, settings.INFERA, given)
-    command = " ".join(commands[0])
+    command = " ".join(worker_commands[0])
     assert "--http-restricted-api inference:x-k=v --http-restricted-api trace:x-t=w" in command
     assert "--grpc-restricted-protocol health:k=v --http-header-forward-pattern ^x-" in command
     assert "--grpc-header-forward-pattern" not in command

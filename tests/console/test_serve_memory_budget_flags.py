@@ -25,18 +25,7 @@ def test_the_flags_set_the_engines_budget(monkeypatch) -> None:
     assert (budget.host_bytes, budget.gpu_fraction) == (500 << 20, 0.5)  # the variable still counts when unflagged
 
 
-def test_the_workers_get_the_budget(monkeypatch, settings) -> None:
-    commands: list[list[str]] = []
-
-    class Supervisor:
-        def __init__(self, command: list[str], count: int, replica: str) -> None:
-            commands.append(command)
-
-        def run(self) -> int:
-            return 0
-
-    monkeypatch.setattr(workers, "WorkerSupervisor", Supervisor)
-    monkeypatch.setattr(workers, "check_port_free", lambda host, port: None)
+def test_the_workers_get_the_budget(worker_commands, settings) -> None:
     given = {"server": "uvicorn", "no_access_log": False, "memory_budget_mb": "500", "gpu_memory_budget": "0.8"}
     workers.run_workers("127.0.0.1", 8000, 2, settings.INFERA, given)
-    assert "--memory-budget-mb 500 --gpu-memory-budget 0.8" in " ".join(commands[0])
+    assert "--memory-budget-mb 500 --gpu-memory-budget 0.8" in " ".join(worker_commands[0])

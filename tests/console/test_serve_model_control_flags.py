@@ -37,19 +37,8 @@ def test_the_flags_set_the_engines_model_control(monkeypatch, tmp_path) -> None:
     assert model_control(options(load_model=["a", "b"]))["model_control"].load_models == ("a", "b")
 
 
-def test_the_workers_get_the_model_control(monkeypatch, settings, tmp_path) -> None:
-    commands: list[list[str]] = []
-
-    class Supervisor:
-        def __init__(self, command: list[str], count: int, replica: str) -> None:
-            commands.append(command)
-
-        def run(self) -> int:
-            return 0
-
-    monkeypatch.setattr(workers, "WorkerSupervisor", Supervisor)
-    monkeypatch.setattr(workers, "check_port_free", lambda host, port: None)
+def test_the_workers_get_the_model_control(worker_commands, settings, tmp_path) -> None:
     infera = settings.INFERA.replace(**model_control(options(load_model=["simple"])))
     workers.run_workers("127.0.0.1", 8000, 2, infera, {"server": "uvicorn", "no_access_log": False})
-    command = " ".join(commands[0])
+    command = " ".join(worker_commands[0])
     assert "--model-control-mode explicit --repository-poll-secs 15 --load-model simple" in command

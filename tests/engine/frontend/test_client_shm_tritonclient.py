@@ -175,17 +175,10 @@ def test_serve_takes_tritons_allow_client_shm_flag(tmp_path, region):
         client.unregister_system_shared_memory("io")
 
 
-def test_serve_passes_the_setting_to_each_worker(monkeypatch, tmp_path):
-    from types import SimpleNamespace
-
+def test_serve_passes_the_setting_to_each_worker(worker_commands, tmp_path):
     from console.config import read_settings
     from console.hosting import workers
 
-    started: list[list[str]] = []
-    monkeypatch.setattr(workers, "check_port_free", lambda host, port: None)
-    monkeypatch.setattr(
-        workers, "WorkerSupervisor", lambda command, count, name: SimpleNamespace(run=lambda: started.append(command))
-    )
     infera = read_settings({"INFERA_VAR_DIR": str(tmp_path), "INFERA_ALLOW_CLIENT_SHM": "true"})
     workers.run_workers("127.0.0.1", 8000, 2, infera, {"server": "uvicorn", "no_access_log": False})
-    assert "--allow-client-shm true" in " ".join(started[0])
+    assert "--allow-client-shm true" in " ".join(worker_commands[0])

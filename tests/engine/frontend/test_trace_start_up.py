@@ -285,19 +285,12 @@ def test_serve_takes_tritons_trace_config_flags(tmp_path):
     assert (settings["trace_level"], settings["trace_rate"]) == (["TIMESTAMPS"], "3")
 
 
-def test_serve_passes_its_trace_config_flags_to_each_worker(monkeypatch, tmp_path):
-    from types import SimpleNamespace
-
+def test_serve_passes_its_trace_config_flags_to_each_worker(worker_commands, tmp_path):
     from console.config import read_settings
     from console.hosting import workers
 
-    started: list[list[str]] = []
-    monkeypatch.setattr(workers, "check_port_free", lambda host, port: None)
-    monkeypatch.setattr(
-        workers, "WorkerSupervisor", lambda command, count, name: SimpleNamespace(run=lambda: started.append(command))
-    )
     infera = read_settings({"INFERA_VAR_DIR": str(tmp_path)})
     options = {"server": "uvicorn", "no_access_log": False, "trace_config": ["level=TIMESTAMPS", "triton,file=t.json"]}
     workers.run_workers("127.0.0.1", 8000, 2, infera, options)
-    command = " ".join(started[0])
+    command = " ".join(worker_commands[0])
     assert "--trace-config level=TIMESTAMPS --trace-config triton,file=t.json" in command

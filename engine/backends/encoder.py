@@ -34,9 +34,9 @@ from engine.errors import InferaError, InvalidArgument, LoadError
 from engine.types import InferenceRequest
 
 TEXT_INPUT = "text"
-TOKEN_IDS_INPUT = "token_ids"
+TOKEN_IDS_INPUT = "token_ids"  # nosec B105
 EMBEDDING_OUTPUT = "embedding"
-TOKEN_COUNT_OUTPUT = "token_count"
+TOKEN_COUNT_OUTPUT = "token_count"  # nosec B105
 POOLING_MODES = ("mean", "cls")
 DEFAULT_PARAMETERS = {
     "openai_embedding_input": TEXT_INPUT,
@@ -124,8 +124,9 @@ class EncoderBackend(Backend):
         folder = _folder(self.version_path)
         self.settings = EncoderSettings.read(self.config, folder)
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-            model = AutoModel.from_pretrained(
+            # a local folder, never the hub (local_files_only): no revision to pin
+            self.tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)  # nosec B615
+            model = AutoModel.from_pretrained(  # nosec B615
                 folder, local_files_only=True, use_safetensors=True, trust_remote_code=False, dtype=torch.float32
             )
         except (OSError, ValueError) as exc:

@@ -147,7 +147,7 @@ def measure_http(
         "infera-gpu",
         uvicorn_command("engine.frontend.standalone:app", port),
         port,
-        env={"INFERA_MODEL_REPOSITORY": str(only)},
+        env={"INFERA_MODEL_REPOSITORY": str(only), "INFERA_GRPC_PORT": "0"},  # HTTP only: no port 8001 to collide on
         ready_models=[MODEL],
     )
     array = np.random.default_rng(0).standard_normal((1, 3, image, image), dtype=np.float32)

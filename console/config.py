@@ -16,10 +16,33 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from console.demo import DEMO_MODELS, demo_models
 from console.env import EnvError, env_bool, env_choice, env_int, env_list, env_path, env_str, env_url
 from console.forwarded import trusted_networks
 from engine.api import EngineSettings, SettingError, read_engine_settings
+
+# what INFERA_DEMO_MODELS and `serve --demo-models` may name; `digits_pipeline` brings its steps (digits too)
+DEMO_MODELS = (
+    "simple",
+    "simple_string",
+    "simple_sequence",
+    "simple_dyna_sequence",
+    "simple_sequence_onnx",
+    "digits",
+    "digits_pipeline",
+    "text_generator",
+    "smollm2",
+    "all-minilm-l6-v2",
+)
+
+
+def demo_models(names: list[str], source: str) -> tuple[str, ...]:
+    """The demo models `names` chooses, checked against DEMO_MODELS (ValueError names `source` and the unknown one)."""
+    names = [name.strip() for name in names]
+    unknown = [name for name in names if name not in DEMO_MODELS]
+    if unknown:
+        raise ValueError(f"{source}: no demo model {unknown[0]!r}; choose among {', '.join(DEMO_MODELS)}")
+    return tuple(name for name in DEMO_MODELS if name in names)
+
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATABASE_SCHEMES = ("sqlite", "postgres", "postgresql", "pgsql")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from console.demo import DEMO_MODELS
+from console.config import DEMO_MODELS
 from tests.browser import CHROMIUM, CHROMIUM_ARGS
 
 # torch's OpenMP threads spin while they wait for work: with the suite's own torch models, the servers it starts and

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from console.demo import DEMO_MODELS, demo_models
+from console.config import DEMO_MODELS, demo_models
 from console.demo.pipeline import PIPELINE_CONFIG, PIPELINE_MODELS
 from console.demo.sequences import SEQUENCE_MODELS
 from console.demo.training import one_torch_thread

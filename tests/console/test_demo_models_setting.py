@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
-from console.config import read_settings
-from console.demo import DEMO_MODELS
+from console.config import DEMO_MODELS, read_settings
 from console.demo.repository import seed_repository
 from console.env import EnvError
 

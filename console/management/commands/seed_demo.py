@@ -10,7 +10,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from console.demo import demo_models
+from console.config import demo_models
 from console.demo.repository import seed_repository
 
 

@@ -18,8 +18,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from console.accounts.first_admin import ensure_admin
-from console.config import ACCESS_LOG_FORMATS, MAX_ACCESS_LOG_SAMPLE, MAX_WORKERS, InferaSettings
-from console.demo import demo_models
+from console.config import ACCESS_LOG_FORMATS, MAX_ACCESS_LOG_SAMPLE, MAX_WORKERS, InferaSettings, demo_models
 from console.env import env_int, env_str
 from console.hosting.startup import MigrationsMissing, start_up_lock, wait_for_migrations
 from console.hosting.workers import die_with_supervisor, run_workers

@@ -28,6 +28,7 @@ instance_group [ { count: 1 kind: KIND_CPU } ]
 parameters { key: "max_model_len" value: { string_value: "128" } }
 parameters { key: "kv_block_size" value: { string_value: "4" } }
 parameters { key: "kv_num_blocks" value: { string_value: "96" } }
+parameters { key: "dtype" value: { string_value: "float32" } }
 """
 
 

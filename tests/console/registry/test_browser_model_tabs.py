@@ -1,12 +1,14 @@
 """In headless Chromium at 1400 px wide against a real server: a model's page opens on its Overview, whose first
-screen (serving state, versions, Try it) is under 1,200 px tall for every seeded model; each tab has its own
-address (#config opens the config); the upload of a new version is one click away."""
+screen (serving state, versions, Try it) is under 1,200 px tall for every seeded model; Try it's default answers
+200 on the models the lighter server of test_browser_try_it.py does not seed (the sentence encoder); each tab has its
+own address (#config opens the config); the upload of a new version is one click away."""
 
 from __future__ import annotations
 
 import pytest
 
 from tests.conftest import ServerProcess, engine_front_end_missing, sign_in
+from tests.console.registry.test_browser_try_it import TRIED, try_default
 
 pytestmark = [pytest.mark.browser, pytest.mark.server]
 
@@ -47,6 +49,21 @@ def test_it_keeps_every_model_pages_first_screen_short(infera_server: ServerProc
         if height >= FIRST_SCREEN_PX:
             tall[name] = height
     assert tall == {}
+
+
+def test_it_answers_200_to_try_it_on_the_models_only_the_full_server_seeds(infera_server: ServerProcess, wide_page):
+    if reason := engine_front_end_missing():
+        pytest.skip(reason)
+    page = wide_page
+    sign_in(page, infera_server)
+    page.goto(infera_server.base_url + "/models/")
+    names = page.eval_on_selector_all("#model-rows tr[data-model]", "rows => rows.map(row => row.dataset.model)")
+    answers = {}
+    for name in sorted(set(names) - TRIED):
+        page.goto(f"{infera_server.base_url}/models/{name}/")
+        if page.query_selector("#try-form"):  # generative models have a playground instead
+            answers[name] = try_default(page, infera_server, name)[0]
+    assert answers == {"all-minilm-l6-v2": "200"}
 
 
 def test_it_opens_the_tab_its_address_names_and_remembers_a_click(infera_server: ServerProcess, page):

@@ -148,7 +148,7 @@ class Runtime:
             replica=self.identity.replica,
             workers=self.cluster.worker_metrics if self.identity.has_workers else None,
         )
-        self.engine_app.registry.register(self.budgets)  # infera_llm_usage_tokens_total{user, kind}
+        self.engine_app.registry.register(self.budgets.ledger)  # infera_llm_usage_tokens_total{user, kind}
         # `serve` (uvicorn or daphne) names where it listens: that process serves, so it freezes start-up's objects
         self.lifespan = ServiceLifespan(
             self.start, self.stop, wait_for_start=False, serving_process=listen_host is not None

@@ -6,7 +6,8 @@ is a 400 (on gRPC, the stream's error message); when it names none and a ceiling
 model as its `max_tokens` parameter. Then the gate reserves it and a stream (a refusal is a 429 with `Retry-After`
 in generate's error shape, the stream's error message on gRPC), and the stream's counts (`prompt_tokens`,
 `completion_tokens`, `cached_tokens`, as the llm backend's last response carries them) settle it when the stream
-ends or the client goes away.
+ends or the client goes away. Every request is admitted so, budgets or not, so its usage is counted (/metrics, the
+console's usage chart).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from engine.errors import InvalidArgument
-from engine.llm.budgets import Admission, BudgetGate, Usage
+from engine.llm.budgets import Admission, BudgetGate
+from engine.llm.usage import Usage
 
 if TYPE_CHECKING:
     from engine.serving.admission import Principal
@@ -45,8 +47,9 @@ def asked_max_tokens(request: InferenceRequest) -> int | None:
 
 
 async def admit(gate: BudgetGate | None, principal: Principal, request: InferenceRequest) -> Admission | None:
-    """The request's reservation against the caller's budgets (None without a gate or budgets)."""
-    if gate is None or not principal.budgets:
+    """The request's reservation against the caller's budgets (None without a gate); a caller without budgets
+    reserves nothing, and what its request uses is still counted when it settles."""
+    if gate is None:
         return None
     ceiling = gate.ceiling(principal)
     asked = asked_max_tokens(request)

@@ -21,7 +21,8 @@ logits) and written in OpenAI's shapes (openai_logprobs.py); any other model ans
 POST /tokenize and /detokenize (vLLM's) use a model's own tokenizer (openai_tokens.py). `priority` (vLLM's: a whole
 number, lower served earlier, 0 by default) goes to the model with the sampling settings (the llm backend's
 scheduler admits, decodes and preempts by it). The caller's token budgets (openai_budgets.py) are checked and
-reserved before any request starts: a max_tokens above its ceiling is a 400, a budget spent a 429 with Retry-After.
+reserved before any request starts (embeddings' inputs too): a max_tokens above its ceiling is a 400, a budget spent a
+429 with Retry-After.
 `response_format` (json_object, json_schema) and vLLM's `structured_outputs` and `guided_*` fields
 hold the answer to a grammar (openai_structured.py): checked and compiled by the model's backend before any
 request starts, then sent to the model as `structured_outputs` with the sampling settings. `cache_salt` (vLLM's)
@@ -444,7 +445,7 @@ class OpenAIApp:
             raise OpenAIError(f"request body exceeds the limit of {self.max_body_bytes} bytes", 413)
         body = await read_body(receive, self.max_body_bytes)
         if path == "/v1/embeddings":
-            return Reply(200, await openai_embeddings.embed(self.server, body))
+            return Reply(200, await openai_embeddings.embed(self.server, body, self.budgets, principal))
         if path in TOKEN_PATHS:
             convert = openai_tokens.tokenize if path == "/tokenize" else openai_tokens.detokenize
             return Reply(200, await convert(self.server, body))

@@ -5,7 +5,8 @@ max_tokens above what they allow, they never clamp one); a request that names no
 below the server's default. Then the gate reserves `max_tokens` times `n` tokens and a stream: over a budget the
 answer is a 429 in OpenAI's shape ({"error": {"message", "type": "tokens" or "requests", "param": null, "code":
 "rate_limit_exceeded"}}) with `Retry-After`. When the completion ends (answered, failed, the client gone) its usage
-settles the reservation and is counted for /metrics.
+settles the reservation and is counted (/metrics, the console's usage chart). /v1/embeddings reserves its inputs'
+tokens the same way (`admit_tokens`; openai_embeddings.py).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from engine.frontend.openai_fields import OpenAIError
-from engine.llm.budgets import Admission, BudgetExceeded, BudgetGate, Usage
+from engine.llm.budgets import Admission, BudgetExceeded, BudgetGate
+from engine.llm.usage import Usage
 
 if TYPE_CHECKING:
     from engine.frontend.openai import Completion
@@ -53,8 +55,13 @@ def bound_max_tokens(completion: Completion, ceiling: int | None) -> None:
 async def admit(gate: BudgetGate, principal: Principal, completion: Completion) -> Admission:
     """The completion's reservation against the caller's budgets; a 400 or a 429 when they refuse it."""
     bound_max_tokens(completion, gate.ceiling(principal))
+    return await admit_tokens(gate, principal, completion.limit * completion.n)
+
+
+async def admit_tokens(gate: BudgetGate, principal: Principal, tokens: int) -> Admission:
+    """A reservation of `tokens` (and a stream) against the caller's budgets; a 429 in OpenAI's shape when refused."""
     try:
-        return await gate.admit(principal, completion.limit * completion.n)
+        return await gate.admit(principal, tokens)
     except BudgetExceeded as refusal:
         raise RateLimited(refusal) from None
 

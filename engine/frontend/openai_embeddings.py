@@ -11,6 +11,11 @@ is longer than it reads (the encoder's max_seq_length). Each input is one reques
 the model's dynamic batcher runs them together (with other callers'). `encoding_format` is "float" (lists of numbers)
 or "base64" (the little-endian float32 bytes, as OpenAI's clients decode them); `dimensions` must be the model's own
 (no model here shortens its vectors): another number is a 400 naming it. `user` is taken and unused.
+
+The caller's token budgets hold as on completions (openai_budgets.py): once the request is checked, its inputs'
+length (characters, or token ids) is reserved against tokens per minute (and a slot of its concurrent requests) before
+any input is queued, a 429 with Retry-After in OpenAI's shape when a budget is spent; when it ends, the tokens the
+model read (usage.prompt_tokens; none when it failed) replace the reservation and are counted as prompt tokens.
 """
 
 from __future__ import annotations
@@ -23,9 +28,13 @@ import numpy as np
 import orjson
 
 from engine.errors import InferaError
+from engine.frontend import openai_budgets
 from engine.frontend import openai_fields as fields
 from engine.frontend.openai_fields import OpenAIError
+from engine.llm.budgets import BudgetGate
+from engine.llm.usage import Usage
 from engine.protocol import parse_json_object
+from engine.serving.admission import ANONYMOUS, Principal
 from engine.types import InferenceRequest
 
 if TYPE_CHECKING:
@@ -129,6 +138,11 @@ class Embeddings:
         if user is not None and not isinstance(user, str):
             raise OpenAIError("'user' must be a string", param="user")
         self.server = server
+        self.prompt_tokens = 0  # what the model read, once it answered
+
+    def reservation(self) -> int:
+        """The tokens reserved until the model's count is known: each input's length (characters or ids)."""
+        return sum(len(item) for item in self.inputs)
 
     def request(self, item: str | list[int]) -> InferenceRequest:
         parameters = self.config.parameters
@@ -158,11 +172,19 @@ class Embeddings:
             tokens += int(np.asarray(count).reshape(-1)[0]) if count is not None else len(item)
             encoded: Any = base64.b64encode(vector.tobytes()).decode() if self.encoding == "base64" else vector
             data.append({"object": "embedding", "index": index, "embedding": encoded})
+        self.prompt_tokens = tokens
         usage = {"prompt_tokens": tokens, "total_tokens": tokens}
         document = {"object": "list", "data": data, "model": self.model, "usage": usage}
         return orjson.dumps(document, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
-async def embed(server: InferenceServer, body: bytes) -> bytes:
-    """POST /v1/embeddings: the answer as JSON."""
-    return await Embeddings(server, body).answer()
+async def embed(
+    server: InferenceServer, body: bytes, gate: BudgetGate | None = None, principal: Principal = ANONYMOUS
+) -> bytes:
+    """POST /v1/embeddings: the answer as JSON, held to the caller's budgets and counted as its prompt tokens."""
+    embeddings = Embeddings(server, body)
+    admission = await openai_budgets.admit_tokens(gate or BudgetGate(), principal, embeddings.reservation())
+    try:
+        return await embeddings.answer()
+    finally:
+        await admission.settle(Usage(prompt=embeddings.prompt_tokens))

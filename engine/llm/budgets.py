@@ -18,10 +18,9 @@ A refusal undoes what the earlier budgets reserved and raises `BudgetExceeded` (
 request ends.
 
 The counters are `LocalCounters` (this process: one replica) or `RedisCounters` (engine/llm/budget_redis.py: every
-replica on one Redis sees each other's reservations at once); both answer the same three calls, atomically. The
-gate also counts every caller's usage (prompt, completion, cached tokens) for /metrics, by user
-(`infera_llm_usage_tokens_total{user, kind}`) and by API token (`infera_llm_token_usage_tokens_total{token, user,
-kind}`, the token's id).
+replica on one Redis sees each other's reservations at once); both answer the same three calls, atomically. A
+caller without budgets is admitted with nothing reserved, so `settle` still counts what every request used (prompt,
+completion, cached tokens) in the gate's `ledger` (engine/llm/usage.py: /metrics by user and token, minute buckets).
 """
 
 from __future__ import annotations
@@ -30,14 +29,12 @@ import asyncio
 import math
 import time
 import uuid
-from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from prometheus_client.metrics_core import Metric
-
 from engine.errors import InferaError
+from engine.llm.usage import Usage, UsageLedger
 
 if TYPE_CHECKING:
     from engine.serving.admission import Principal
@@ -45,7 +42,6 @@ if TYPE_CHECKING:
 WINDOW_SECONDS = 60
 LEASE_SECONDS = 900.0  # a stream lease outlives any request (a replica that dies keeps its leases this long)
 STREAM_RETRY_SECONDS = 1
-USAGE_KINDS = ("prompt", "completion", "cached")
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,19 +124,6 @@ class LocalCounters:
                 del self._leases[key]
 
 
-@dataclass(frozen=True, slots=True)
-class Usage:
-    """What one request used."""
-
-    prompt: int = 0
-    completion: int = 0
-    cached: int = 0
-
-    @property
-    def total(self) -> int:
-        return self.prompt + self.completion
-
-
 @dataclass(eq=False)
 class Admission:
     """What a request reserved; `settle` once when it ends (answered, failed, cancelled)."""
@@ -148,6 +131,7 @@ class Admission:
     gate: BudgetGate
     user: str
     token: int | None = None  # the API token it came with (None: a session or anonymous)
+    user_id: int | None = None  # None: anonymous
     reserved: list[tuple[str, int]] = field(default_factory=list)  # (window key, tokens reserved)
     leases: list[tuple[str, str]] = field(default_factory=list)  # (lease set key, lease)
     settled: bool = False
@@ -165,7 +149,7 @@ class Admission:
         for key, lease in self.leases:
             await counters.give_back_lease(key, lease)
         if usage is not None:
-            self.gate.count_usage(self.user, usage, self.token)
+            self.gate.ledger.count(self.user, usage, self.token, self.user_id)
 
     def settle_soon(self, usage: Usage | None) -> None:
         """`settle` from a synchronous callback (a client gone): run on the loop, kept until done."""
@@ -177,7 +161,7 @@ class Admission:
 
 
 class BudgetGate:
-    """Check-and-reserve against the caller's budgets; usage per user for /metrics."""
+    """Check-and-reserve against the caller's budgets; what callers used in `ledger`."""
 
     def __init__(
         self,
@@ -191,8 +175,7 @@ class BudgetGate:
         self.prefix = prefix
         self.clock = clock
         self.lease_seconds = lease_seconds
-        self.usage: Counter[tuple[str, str]] = Counter()  # (user, kind) -> tokens
-        self.token_usage: Counter[tuple[int, str, str]] = Counter()  # (token id, its user, kind) -> tokens
+        self.ledger = UsageLedger(clock)  # usage by user, token and minute: /metrics and the console's chart
         self.pending: set[asyncio.Future] = set()
 
     @staticmethod
@@ -203,7 +186,7 @@ class BudgetGate:
 
     async def admit(self, principal: Principal, max_tokens: int) -> Admission:
         """Reserve `max_tokens` and a stream against each budget of the caller; BudgetExceeded when one refuses."""
-        admission = Admission(self, principal.name, principal.token_id)
+        admission = Admission(self, principal.name, principal.token_id, principal.user_id)
         try:
             for budget in principal.budgets:
                 await self._reserve(budget, max_tokens, admission)
@@ -241,26 +224,6 @@ class BudgetGate:
                     "requests",
                 )
             admission.leases.append((key, lease))
-
-    def count_usage(self, user: str, usage: Usage, token: int | None = None) -> None:
-        for kind, tokens in zip(USAGE_KINDS, (usage.prompt, usage.completion, usage.cached), strict=True):
-            if tokens:
-                self.usage[(user, kind)] += tokens
-                if token is not None:
-                    self.token_usage[(token, user, kind)] += tokens
-
-    def collect(self) -> Iterable[Metric]:
-        """`infera_llm_usage_tokens_total{user, kind}` and, per API token, `infera_llm_token_usage_tokens_total{token,
-        user, kind}` (a prometheus_client collector)."""
-        family = Metric("infera_llm_usage_tokens", "Tokens used by each user, by kind.", "counter")
-        for (user, kind), tokens in sorted(self.usage.items()):
-            family.add_sample("infera_llm_usage_tokens_total", {"user": user, "kind": kind}, tokens)
-        yield family
-        family = Metric("infera_llm_token_usage_tokens", "Tokens used with each API token (its id).", "counter")
-        for (token, user, kind), tokens in sorted(self.token_usage.items()):
-            labels = {"token": str(token), "user": user, "kind": kind}
-            family.add_sample("infera_llm_token_usage_tokens_total", labels, tokens)
-        yield family
 
 
 def _seconds_below(limit: int, previous: int, current: int, share: float) -> int:

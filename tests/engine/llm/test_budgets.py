@@ -9,7 +9,8 @@ import pytest
 
 from deploy.processes import RedisServer
 from engine.llm.budget_redis import RedisCounters
-from engine.llm.budgets import Budget, BudgetExceeded, BudgetGate, LocalCounters, Usage
+from engine.llm.budgets import Budget, BudgetExceeded, BudgetGate, LocalCounters
+from engine.llm.usage import Usage
 from engine.serving.admission import Principal
 
 
@@ -107,7 +108,7 @@ async def test_usage_is_counted_per_user_and_per_token_for_metrics(gate):
     for name in ("ada", "ada", "bob"):
         admission = await gate.admit(caller(name=name), 16)
         await admission.settle(Usage(prompt=10, completion=4, cached=8))
-    family, per_token = gate.collect()
+    family, per_token = gate.ledger.collect()
     samples = {(s.labels["user"], s.labels["kind"]): s.value for s in family.samples}
     assert family.name == "infera_llm_usage_tokens"
     assert samples == {

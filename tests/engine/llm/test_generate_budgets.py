@@ -90,3 +90,13 @@ async def test_a_grpc_stream_request_over_the_budget_is_answered_with_its_error(
         await front_end.stop()
     assert answers >= 1
     assert len(errors) == 1 and "5 tokens per minute" in errors[0], errors
+
+
+async def test_generate_by_a_caller_without_budgets_is_counted_as_its_usage(served):
+    answer = await generate(served, "free", {"text_input": "a paged cache keeps", "max_tokens": 2})
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    usage = served.gate.ledger.usage
+    assert usage[("free", "prompt")] == body["prompt_tokens"] > 0
+    assert usage[("free", "completion")] == body["completion_tokens"] > 0
+    assert [(b.user, b.token_id) for b in served.gate.ledger.take_minutes() if b.user == "free"] == [("free", 14)]

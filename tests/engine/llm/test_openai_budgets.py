@@ -53,6 +53,16 @@ async def complete(client: openai.AsyncOpenAI, **options):
     return await client.completions.create(model="tiny", prompt="a paged cache keeps", temperature=0, **options)
 
 
+def assert_spent_its_minute(refused: openai.RateLimitError) -> None:
+    """A 429 in OpenAI's rate-limit shape with Retry-After, for a caller past its 5 tokens per minute."""
+    response = refused.response
+    assert response.status_code == 429
+    assert int(response.headers["retry-after"]) >= 1
+    error = response.json()["error"]
+    assert error["type"] == "tokens" and error["code"] == "rate_limit_exceeded" and error["param"] is None
+    assert "5 tokens per minute" in error["message"]
+
+
 async def test_a_caller_over_its_tokens_per_minute_gets_429_with_retry_after(served):
     client = client_of(served, "spent")
     try:
@@ -61,12 +71,7 @@ async def test_a_caller_over_its_tokens_per_minute_gets_429_with_retry_after(ser
             await complete(client, max_tokens=1)
     finally:
         await client.close()
-    response = refused.value.response
-    assert response.status_code == 429
-    assert int(response.headers["retry-after"]) >= 1
-    error = response.json()["error"]
-    assert error["type"] == "tokens" and error["code"] == "rate_limit_exceeded" and error["param"] is None
-    assert "5 tokens per minute" in error["message"]
+    assert_spent_its_minute(refused.value)
 
 
 async def test_a_second_concurrent_request_is_refused_while_the_first_runs(served, monkeypatch):
@@ -124,6 +129,6 @@ async def test_usage_is_counted_per_user_and_a_caller_without_budgets_is_not_hel
         answers = [await complete(client, max_tokens=2) for _ in range(3)]
     finally:
         await client.close()
-    usage = served.gate.usage
+    usage = served.gate.ledger.usage
     assert usage[("free", "prompt")] == sum(a.usage.prompt_tokens for a in answers)
     assert usage[("free", "completion")] == sum(a.usage.completion_tokens for a in answers)

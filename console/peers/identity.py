@@ -50,3 +50,16 @@ class ProcessIdentity:
     @property
     def has_workers(self) -> bool:
         return self.workers > 1
+
+    def former_name(self, name: str) -> bool:
+        """Whether `name` was a process of this replica under another `--workers` count, which no longer exists:
+        the replica's own name while it runs workers, a worker's past their number (any worker's while it runs
+        alone)."""
+        if name == self.name:
+            return False
+        if name == self.replica:
+            return self.has_workers
+        found = _WORKER_SUFFIX.search(name)
+        if found is None or name != worker_name(self.replica, int(found.group(1))):
+            return False
+        return not self.has_workers or int(found.group(1)) >= self.workers  # workers count from 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 
 from channels.db import database_sync_to_async
 from django.utils import timezone
@@ -18,10 +19,14 @@ MAX_INTERVAL_SECONDS = 5.0
 
 
 class Heartbeat:
-    """Writes `name`'s row every `interval` seconds (a database outage is logged once and the beats go on)."""
+    """Writes `name`'s row every `interval` seconds (a database outage is logged once and the beats go on); each beat
+    forgets the gone rows of names `former` says this replica's processes had before (ProcessIdentity.former_name)."""
 
-    def __init__(self, name: str, address: str, interval: float) -> None:
+    def __init__(
+        self, name: str, address: str, interval: float, *, former: Callable[[str], bool] = lambda name: False
+    ) -> None:
         self.name = name
+        self.former = former
         self.address = address
         self.interval = min(interval, MAX_INTERVAL_SECONDS)
         self.started_at = timezone.now()
@@ -36,7 +41,7 @@ class Heartbeat:
 
     async def beat(self) -> None:
         try:
-            await database_sync_to_async(beat)(self.name, self.address, self.interval, self.started_at)
+            await database_sync_to_async(beat)(self.name, self.address, self.interval, self.started_at, self.former)
         except Exception as exc:  # the database may be down: the next beat retries
             self.database.failed(exc)
             return

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from django.db.models import Q
@@ -19,8 +19,16 @@ from console.registry.cluster.models import FORGOTTEN_AFTER, GONE_AFTER_BEATS, R
 from console.registry.models import ModelVersion, VersionState, engine_transition
 
 
-def beat(name: str, address: str, interval: float, started_at: datetime.datetime) -> Replica:
-    """Renew this replica's row (live for GONE_AFTER_BEATS intervals) and forget replicas gone for long."""
+def beat(
+    name: str,
+    address: str,
+    interval: float,
+    started_at: datetime.datetime,
+    former: Callable[[str], bool] = lambda name: False,
+) -> Replica:
+    """Renew this replica's row (live for GONE_AFTER_BEATS intervals) and forget replicas gone for long, and at once
+    those gone under a name `former` says this replica's processes no longer have (the replica alone before it ran
+    workers, the workers before it ran alone): a ghost that would stay listed as gone for FORGOTTEN_AFTER."""
     now = timezone.now()
     replica, _ = Replica.objects.update_or_create(
         name=name,
@@ -34,6 +42,9 @@ def beat(name: str, address: str, interval: float, started_at: datetime.datetime
     )
     forgotten = now - FORGOTTEN_AFTER
     Replica.objects.filter(Q(expires_at__lt=forgotten) | Q(stopped_at__lt=forgotten)).delete()
+    replaced = [pk for pk, gone in Replica.objects.gone(now).values_list("pk", "name") if former(gone)]
+    if replaced:
+        Replica.objects.filter(pk__in=replaced).delete()
     return replica
 
 

@@ -18,6 +18,7 @@ handler500 = "console.failure_pages.server_error"  # a database outage is a 503 
 
 urlpatterns = [
     path("", views.home, name="home"),
+    path("docs/benchmarks.md", views.benchmarks, name="docs-benchmarks"),
     path("accounts/login/", sign_in, name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("accounts/password/", auth_views.PasswordChangeView.as_view(), name="password_change"),

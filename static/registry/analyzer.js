@@ -35,8 +35,8 @@
     let polling = null;
     const axes = {
       margin: { l: 60, r: 20, t: 10, b: 50 },
-      xaxis: { title: { text: "p99 latency (ms)" }, rangemode: "tozero" },
-      yaxis: { title: { text: "throughput (infer/s)" }, rangemode: "tozero" },
+      xaxis: { title: { text: "p99 latency (ms, in process)" }, rangemode: "tozero" },
+      yaxis: { title: { text: "throughput (infer/s, in process)" }, rangemode: "tozero" },
       legend: { orientation: "h", y: -0.25 },
     };
     // the console's chart colors for the light or dark scheme, kept up to date by charts.js

@@ -145,6 +145,12 @@ class ModelVersion(models.Model):
     def is_active(self) -> bool:
         return self.model.active_version_id == self.pk
 
+    @property
+    def loadable(self) -> bool:
+        """Whether a load (a FAILED one's retry) could succeed: its files are in the store. An upload that failed
+        its checks (not a model, a config that contradicts it) kept none, and would fail the same way again."""
+        return bool(self.artifact)
+
     # ---- state transitions: the version's state machine, in one place; each saves only what it changed
 
     def request_load(self) -> None:

@@ -34,6 +34,11 @@ class VersionSerializer(serializers.ModelSerializer):
     replica_summary = serializers.SerializerMethodField(
         help_text="'READY on 3/3', 'READY on 2/3 · FAILED on 1: <reason>' (live replicas); empty with one replica"
     )
+    loadable = serializers.BooleanField(
+        read_only=True,
+        help_text="a load (a FAILED version's retry) could succeed: its files are in the store; false for an upload "
+        "that failed its checks",
+    )
 
     class Meta:
         model = ModelVersion
@@ -44,6 +49,7 @@ class VersionSerializer(serializers.ModelSerializer):
             "replica_summary",
             "replicas",
             "should_load",
+            "loadable",
             "is_active",
             "is_serving",
             "is_loaded",

@@ -259,7 +259,8 @@
       if (version.state === "READY" && !version.is_active) {
         buttons.push(actionButton("Activate", "activate", n, `Activate version ${n} of '${name}'? It takes every request that names no version.`));
       }
-      if (version.state === "FAILED" || version.state === "UNLOADED" || !version.should_load) {
+      // an upload that failed its checks kept no files: a retry would fail the same way, so none is offered
+      if (version.loadable && (version.state === "FAILED" || version.state === "UNLOADED" || !version.should_load)) {
         const label = version.state === "FAILED" ? "Retry load" : "Load";
         buttons.push(actionButton(label, "load", n, `Load version ${n} of '${name}'?`));
       }

@@ -43,7 +43,7 @@ def activate(actor: Any, version: ModelVersion) -> ModelVersion:
 
 def load_version(actor: Any, version: ModelVersion) -> ModelVersion:
     """Ask for a version to be loaded (again: a FAILED one is retried)."""
-    if not version.artifact:
+    if not version.loadable:
         raise Conflict(f"version {version.number} of '{version.model.name}' has no files in the store to load")
     with transaction.atomic():
         version.request_load()

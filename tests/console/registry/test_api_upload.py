@@ -225,6 +225,18 @@ def test_it_keeps_a_corrupt_onnx_as_failed_with_its_reason(as_operator, store):
     assert AuditEvent.objects.get(action="version.upload").detail["state"] == "FAILED"
 
 
+def test_it_says_a_failed_upload_cannot_be_loaded_again(as_operator, simple_onnx):
+    """An upload that failed its checks kept no files: a retry would fail the same way, so none is offered."""
+    assert upload(as_operator, "simple", model_file(simple_onnx)).json()["loadable"] is True
+    garbage = upload(as_operator, "simple", model_file(b"this is not a protobuf", "model.onnx"))
+    assert garbage.json()["version"]["loadable"] is False
+    listed = as_operator.get("/api/models/simple/versions/").json()
+    assert [(v["number"], v["state"], v["loadable"]) for v in listed] == [(1, "PENDING", True), (2, "FAILED", False)]
+    answer = as_operator.post("/api/models/simple/versions/2/load")
+    assert answer.status_code == 409
+    assert answer.json()["detail"] == "version 2 of 'simple' has no files in the store to load"
+
+
 def test_it_keeps_a_version_whose_config_contradicts_the_model_as_failed(as_operator, simple_onnx):
     wrong = SIMPLE_PBTXT.replace("dims: [16]", "dims: [15]", 1)
     answer = upload(as_operator, "simple", model_file(simple_onnx), config=wrong)

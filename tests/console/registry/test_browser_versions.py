@@ -85,3 +85,21 @@ def test_it_uploads_a_new_version_switches_to_it_and_rolls_back(infera_server: S
     log = page.inner_text("table.audit")
     for action in ("version.upload", "version.activate", "version.delete"):
         assert action in log
+
+
+def test_it_offers_no_retry_for_an_upload_that_never_could_load(infera_server: ServerProcess, page):
+    """A garbage file fails its checks and keeps no files: its FAILED row offers Delete, not "Retry load"."""
+    sign_in(page, infera_server)
+    page.goto(infera_server.base_url + "/models/simple/")
+    page.click("#upload-open")
+    page.evaluate(DROP_FILE, ["model.onnx", base64.b64encode(b"this is not a protobuf").decode()])
+    page.click("#upload-button")
+    page.wait_for_selector("#upload-result.bad", timeout=WAIT_MS)
+    number = re.search(r"version (\d+) of 'simple' failed", page.inner_text("#upload-result")).group(1)
+    row = f'#version-rows tr[data-version="{number}"][data-state="FAILED"]'
+    page.wait_for_selector(row, timeout=WAIT_MS)
+    actions = page.eval_on_selector_all(f"{row} button[data-action]", "buttons => buttons.map((b) => b.dataset.action)")
+    assert actions == ["delete"]
+
+    click_confirmed(page, f'{row} button[data-action="delete"]')  # leave simple as the session found it
+    page.wait_for_selector(row, state="detached", timeout=WAIT_MS)

@@ -3,7 +3,9 @@
  * The socket (InferaLive.MetricsSocket, ?history=1) brings a backlog of five minutes of snapshots with the hour's
  * closed minutes, then a snapshot a second: the whole server's figures now (`server`), each GPU or the CPU, each
  * model card's numbers and sparkline (requests/s, an SVG polyline), and, once a minute, the minute that closed and
- * the hour's figures for the hour chart (Plotly). Every REFRESH_MS the page fetches itself and swaps the parts
+ * the hour's figures for the hour chart (Plotly). The minute in progress is drawn as it goes (a paler bar, its
+ * requests so far from the snapshots' figures), so the chart is never blank while traffic flows; with no request in
+ * the hour the chart says so. Every REFRESH_MS the page fetches itself and swaps the parts
  * marked [data-refresh] that changed (model states and reasons, counts, recent audit events), so one template draws
  * them; the cards and the device panel are swapped only when their signature (names, states, reasons; which
  * devices) changed.
@@ -114,7 +116,7 @@
     for (const box of root.querySelectorAll("[data-sparkline]")) drawSparkline(box);
   }
 
-  // ---- the hour chart: requests/s and failures/s per minute, p99 on the right
+  // ---- the hour chart: requests/s and failures/s per minute, p99 on the right; the minute in progress so far
 
   const hourElement = document.getElementById("hour-chart");
   const hourLayout = layout("requests/s", {
@@ -124,35 +126,68 @@
     barmode: "overlay",
     bargap: 0.15,
   });
+  const EMPTY_HOUR = "No client requests in the last hour: send one from a model's Try it, /v2, gRPC or /v1.";
   const minutes = [];
+  let current = null; // the minute in progress, from the snapshots: {t, requests, failures, seconds}
+
+  /* Count a snapshot's client requests in the minute of its time (the sampler closes minutes by the same clock). */
+  function countInMinute(snapshot) {
+    const t = Math.floor(snapshot.t / MINUTE_MS) * MINUTE_MS;
+    if (!current || current.t !== t) current = { t, requests: 0, failures: 0, seconds: 0 };
+    const seconds = snapshot.interval || 0;
+    const server = snapshot.server || {};
+    current.requests += (server.requests_per_s || 0) * seconds;
+    current.failures += (server.failures_per_s || 0) * seconds;
+    current.seconds += seconds;
+  }
+
+  /* The closed minutes, then the minute in progress (its rates so far) unless it has closed meanwhile. */
+  function shownMinutes() {
+    const open = current && current.seconds > 0 && !minutes.some((m) => m.t === current.t);
+    if (!open) return minutes.map((m) => ({ ...m, open: false }));
+    const rate = (count) => Math.round((1000 * count) / current.seconds) / 1000;
+    return [...minutes.map((m) => ({ ...m, open: false })),
+      { t: current.t, requests_per_s: rate(current.requests), failures_per_s: rate(current.failures), p99_ms: null, open: true }];
+  }
 
   function drawHour() {
     // bars stand at the middle of their minute, on an axis that always spans the last hour
-    const x = minutes.map((minute) => new Date(minute.t + MINUTE_MS / 2));
-    const end = Math.max(Date.now(), ...minutes.map((minute) => minute.t + MINUTE_MS));
+    const shown = shownMinutes();
+    const x = shown.map((minute) => new Date(minute.t + MINUTE_MS / 2));
+    const end = Math.max(Date.now(), ...shown.map((minute) => minute.t + MINUTE_MS));
     hourLayout.xaxis.range = [new Date(end - HOUR_MS), new Date(end)];
-    const bar = { type: "bar", x, width: MINUTE_MS * 0.8 };
+    const any = shown.some((minute) => minute.requests_per_s > 0 || minute.failures_per_s > 0);
+    hourLayout.annotations = any ? [] : [{ text: EMPTY_HOUR, showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5 }];
+    const opacity = shown.map((minute) => (minute.open ? 0.45 : 1));
+    const when = shown.map((minute) => (minute.open ? "this minute so far" : "minute"));
+    const bar = { type: "bar", x, width: MINUTE_MS * 0.8, customdata: when, hovertemplate: "%{y:.3~f}/s (%{customdata})" };
     Plotly.react(
       hourElement,
       [
-        { ...bar, name: "requests/s", y: minutes.map((m) => m.requests_per_s), marker: { color: "#2f6fdb" } },
-        { ...bar, name: "failures/s", y: minutes.map((m) => m.failures_per_s), marker: { color: "#c0392b" } },
+        { ...bar, name: "requests/s", y: shown.map((m) => m.requests_per_s), marker: { color: "#2f6fdb", opacity } },
+        { ...bar, name: "failures/s", y: shown.map((m) => m.failures_per_s), marker: { color: "#c0392b", opacity } },
         {
           type: "scatter", mode: "lines+markers", name: "p99 (slowest model)", x, yaxis: "y2",
-          y: minutes.map((m) => m.p99_ms), line: { color: "#e07b24", width: 2 },
+          y: shown.map((m) => m.p99_ms), line: { color: "#e07b24", width: 2 },
         },
       ],
       hourLayout,
       PLOT_CONFIG,
     );
     hourElement.dataset.minutes = String(minutes.length);
+    hourElement.dataset.open = shown.length > minutes.length ? "true" : "false";
+    hourElement.dataset.empty = any ? "false" : "true";
   }
 
   // ---- the stream
 
   function onBacklog(message) {
     series.clear();
-    for (const snapshot of message.snapshots) record(snapshot);
+    current = null;
+    for (const snapshot of message.snapshots) {
+      record(snapshot);
+      countInMinute(snapshot);
+    }
     const last = message.snapshots[message.snapshots.length - 1];
     if (last) onNewest(last);
     minutes.splice(0, minutes.length, ...(message.minutes || []));
@@ -172,13 +207,14 @@
 
   function onSnapshot(snapshot) {
     record(snapshot);
+    countInMinute(snapshot);
     onNewest(snapshot);
     drawSparklines();
     if (snapshot.minute) {
       minutes.push(snapshot.minute);
       while (minutes.length && minutes[0].t <= snapshot.minute.t - HOUR_MS) minutes.shift();
-      drawHour();
     }
+    drawHour();
     if (snapshot.hour) showFigures(snapshot.hour, "hour");
   }
 

@@ -8,7 +8,8 @@
  * marked `fixed` (a total, failures) always has its own. `options.smooth` averages each trace over that many
  * points (rates at low traffic read as a level, not a comb of 0/1 spikes). While every point is empty the chart
  * says why (`options.empty`). `layout(yTitle, extra)` and `line(name, color, extra)`
- * are the console's chart and trace defaults. Needs vendor/plotly.min.js loaded before it runs.
+ * are the console's chart and trace defaults; `countAxis(title)` a y axis of whole numbers, and an overlaying axis
+ * (`yaxis2`) gets ticks of its own, nice numbers, not the other axis's grid. Needs vendor/plotly.min.js loaded before it runs.
  *
  * Charts follow the browser's light or dark scheme: every layout made by `layout()` (or passed to `themed()`) takes
  * its text and grid colors from the page's CSS (--ink, --chart-grid) on a transparent background, and is recolored in
@@ -47,7 +48,10 @@
     plotLayout.plot_bgcolor = "rgba(0,0,0,0)";
     plotLayout.font = { ...(plotLayout.font || {}), color: ink };
     for (const key of Object.keys(plotLayout)) {
-      if (AXIS.test(key)) plotLayout[key] = { ...plotLayout[key], gridcolor: grid, zerolinecolor: grid, linecolor: grid };
+      if (!AXIS.test(key)) continue;
+      plotLayout[key] = { ...plotLayout[key], gridcolor: grid, zerolinecolor: grid, linecolor: grid };
+      // plotly.js 4 puts an overlaying axis's ticks on the other axis's grid ("sync": 0.275, 0.551): nice ticks instead
+      if (plotLayout[key].overlaying && !plotLayout[key].tickmode) Object.assign(plotLayout[key], { tickmode: "auto", showgrid: false });
     }
     if (!themedLayouts.includes(plotLayout)) themedLayouts.push(plotLayout);
     return plotLayout;
@@ -63,6 +67,12 @@
       uirevision: "keep", // zoom and hidden traces survive rebuilds
       ...extra,
     });
+  }
+
+  /* A y axis of counts (requests waiting, streams, sequences): whole numbers only, 0 to at least 4 (0 1 2 3 4, never
+   * 0.2 0.4 ...), five ticks at most. */
+  function countAxis(title) {
+    return { title: { text: title }, rangemode: "tozero", tickformat: ",d", nticks: 5, autorangeoptions: { include: [0, 4] } };
   }
 
   /* Recolor every layout made here and every chart drawn on the page for the scheme now in force. */
@@ -196,5 +206,5 @@
     }
   }
 
-  window.InferaCharts = { LiveChart, layout, themed, line, palette, PALETTE, PLOT_CONFIG, TIME_TICKS };
+  window.InferaCharts = { LiveChart, layout, countAxis, themed, line, palette, PALETTE, PLOT_CONFIG, TIME_TICKS };
 })();

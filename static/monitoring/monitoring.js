@@ -27,7 +27,7 @@
   const CLIENT_PROTOCOLS = new Set(["http", "grpc"]); // how requests reach the server from outside
   const generationCards = document.querySelectorAll(".generation-card");
 
-  const { LiveChart, layout, line, palette } = window.InferaCharts;
+  const { LiveChart, layout, countAxis, line, palette } = window.InferaCharts;
   const panel = new window.InferaPipeline.PipelinePanel(document.getElementById("pipeline-panel"));
   const GIB = 1024 ** 3;
   const MIB = 1024 ** 2;
@@ -119,7 +119,7 @@
       }),
       deviceSeries,
     ),
-    pending: new LiveChart("chart-pending", layout("requests"), (snapshot) =>
+    pending: new LiveChart("chart-pending", layout("requests", { yaxis: countAxis("requests") }), (snapshot) =>
       entries(snapshot).map((m) => ({ key: m.name, y: m.pending, trace: line(m.name, colorOf(m.name)) })),
       { empty: "No request has waited in a queue in this window." },
     ),
@@ -134,11 +134,11 @@
           trace: line(`${m.name} between`, colorOf(m.name), { line: { dash: "dot" } }) },
       ]), { top: 4, fold: "max", empty: "No streamed responses in this window." },
     ),
-    streams: new LiveChart("chart-streams", layout("streams"), (snapshot) =>
+    streams: new LiveChart("chart-streams", layout("streams", { yaxis: countAxis("streams") }), (snapshot) =>
       generators(snapshot).map((m) => ({ key: m.name, y: m.streams.in_flight, trace: line(m.name, colorOf(m.name)) })),
       { empty: "No stream open in this window." },
     ),
-    sequences: new LiveChart("chart-sequences", layout("sequences"), (snapshot) =>
+    sequences: new LiveChart("chart-sequences", layout("sequences", { yaxis: countAxis("sequences") }), (snapshot) =>
       [...byModel(snapshot).values()]
         .filter((m) => m.sequences)
         .flatMap((m) => [

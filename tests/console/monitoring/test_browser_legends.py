@@ -1,6 +1,7 @@
 """In headless Chromium against the seeded server after every demo model has answered: no chart on the monitoring
 page or a model's traffic tab shows a legend of more than 10 entries (past the eight busiest, models go to "others",
-which the model filter opens), and a chart says why it is empty instead of drawing bare axes."""
+which the model filter opens), a chart says why it is empty instead of drawing bare axes, and a chart of counts ticks
+whole numbers (0 1 2 3 4, not 0.2 0.4)."""
 
 from __future__ import annotations
 
@@ -36,3 +37,5 @@ def test_it_says_why_a_chart_is_empty(infera_server: ServerProcess, page):
     page.goto(infera_server.base_url + "/monitoring/", wait_until="networkidle")
     page.wait_for_selector('#chart-pending[data-empty="true"] .annotation-text', timeout=WAIT_MS)
     assert "queue" in page.text_content("#chart-pending .annotation-text")
+    ticks = page.eval_on_selector_all("#chart-pending .ytick text", "ticks => ticks.map((tick) => tick.textContent)")
+    assert ticks == ["0", "1", "2", "3", "4"]

@@ -30,7 +30,7 @@ def describe(config: ModelConfig | None) -> str:
         )
         if present
     ]
-    line = f"{kind}: {_tensors(config.input)} → {_tensors(config.output)}" + (
-        f"; {', '.join(traits)}" if traits else ""
-    )
+    # a backend that reads its tensors from its files (the encoder, an llm) declares none in its config
+    takes = f"{_tensors(config.input)} → {_tensors(config.output)}" if config.input or config.output else ""
+    line = f"{kind}: {takes or 'tensors as its files declare them'}" + (f"; {', '.join(traits)}" if traits else "")
     return line if len(line) <= MOST_CHARACTERS else line[: MOST_CHARACTERS - 1] + "…"

@@ -1,6 +1,6 @@
 """Screenshots of the console for the README: a real `manage.py serve`, real inference load, headless Chromium.
 
-Run `.venv/bin/python docs/screenshots.py` from the repository root; it writes PNGs (1280x800) into docs/images/.
+Run `.venv/bin/python docs/screenshots.py` from the repository root; it writes PNGs (1400x1000) into docs/images/.
 The server runs on a free port with a temporary INFERA_VAR_DIR, so nothing under var/ is touched.
 """
 
@@ -30,20 +30,16 @@ sys.path.insert(0, str(REPO_ROOT))  # run as a script from anywhere: the tests' 
 
 from tests.browser import CHROMIUM, CHROMIUM_ARGS  # noqa: E402
 
-VIEWPORT = {"width": 1280, "height": 800}
+VIEWPORT = {"width": 1400, "height": 1000}  # the width the browser tests measure pages at
 ADMIN_PASSWORD = "screenshots-Admin-2026"
 START_TIMEOUT_S = 300  # migrate, torch import and training the digits demo on a small, busy machine
 WAIT_MS = 60_000
+HOUR_WAIT_MS = 120_000  # until the load has crossed a minute's end
 LOAD_SECONDS = 20  # the monitoring page is shot near the end of this, with its charts ~15 s into the load
 CHART_POINTS = 15
 MAX_PNG_BYTES = 300 * 1024
 # a live throughput figure (filled from the metrics stream) that shows a number above zero
 LIVE_NUMBER = "Number(document.querySelector('[data-live-model={model}]').textContent.replace(/[^0-9.]/g, '')) > 0"
-DESCRIPTIONS = {
-    "simple": "Triton's quickstart: OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1 (INT32, 16 each)",
-    "simple_string": "the same on BYTES tensors of decimal strings, as a python-backend model.py",
-    "digits": "8x8 handwritten digits classifier: v1 barely trained, v2 trained properly",
-}
 # WIRE datatype -> a value for one element of a request built from model metadata
 SAMPLE_VALUES = {
     "FP32": lambda: round(random.uniform(0, 16), 2),
@@ -158,14 +154,6 @@ def request_body(metadata: dict, batch: int) -> bytes:
     return json.dumps({"inputs": inputs}).encode()
 
 
-def digit_request() -> str:
-    """A v2 request for `digits` holding the first image of scikit-learn's bundled digits (a zero)."""
-    from sklearn.datasets import load_digits
-
-    image = [float(pixel) for pixel in load_digits().data[0]]
-    return json.dumps({"inputs": [{"name": "image", "shape": [1, 64], "datatype": "FP32", "data": image}]})
-
-
 @dataclass
 class InferenceLoad:
     """Background threads posting v2 inference requests until stopped, counting answers."""
@@ -250,21 +238,6 @@ def add_demo_users(console: Console) -> None:
     console.manage("issue_token", "batch-client", "--name", "nightly-job", "--expires-days", "90")
 
 
-def describe_models(console: Console) -> None:
-    """Say what each demo model is, through the management API with an admin token (as a script would)."""
-    key = console.manage("issue_token", "admin", "--name", "screenshots").strip().splitlines()[-1]
-    for name, description in DESCRIPTIONS.items():
-        request = urllib.request.Request(
-            f"{console.base_url}/api/models/{name}/",
-            data=json.dumps({"description": description}).encode(),
-            method="PATCH",
-            headers={"Authorization": f"Token {key}", "Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(request, timeout=10) as response:
-            if response.status != 200:
-                sys.exit(f"PATCH /api/models/{name}/ answered {response.status}")
-
-
 def take_screenshots(console: Console) -> None:
     """Sign in, send load, and shoot each page once it shows what it is for."""
     from playwright.sync_api import sync_playwright
@@ -296,21 +269,17 @@ def take_screenshots(console: Console) -> None:
             page.wait_for_function(LIVE_NUMBER.format(model="digits"), timeout=WAIT_MS)
             shoot(page, "models")
 
+            # the model's page opens on its Overview tab: serving state, versions and Try it in the first screen
             page.goto(base + "/models/digits/")
             page.wait_for_function(
                 "document.querySelectorAll('#version-rows tr[data-version]').length === 2", timeout=WAIT_MS
             )
-            page.wait_for_function("document.getElementById('try-version').options.length >= 3", timeout=WAIT_MS)
-            page.select_option("#try-version", "2")
-            page.fill("#try-body", digit_request())
-            page.click("#try-send")
-            page.wait_for_function("!document.getElementById('try-answer').hidden", timeout=WAIT_MS)
+            page.wait_for_selector("#try-form[data-ready=true]", timeout=WAIT_MS)
             page.wait_for_function(LIVE_NUMBER.format(model="digits"), timeout=WAIT_MS)
-            # at 66% zoom (as a browser's zoom) the facts, the versions and the upload box fit in one frame
-            zoom(page, 0.66)
-            page.evaluate("window.scrollTo(0, 0)")
             shoot(page, "model-detail")
-            zoom(page, 0.85)
+            page.click("#try-send")  # its default: a real 8x8 digit (a 3)
+            page.wait_for_selector("#try-status[data-http-status]", timeout=WAIT_MS)
+            page.click("summary:has-text('The same request from code')")
             page.evaluate("document.querySelector('#try-form').closest('section').scrollIntoView()")
             shoot(page, "model-try-it")
 
@@ -343,6 +312,11 @@ def take_screenshots(console: Console) -> None:
             page.wait_for_function(
                 f"Number(document.querySelector('[data-sparkline=digits]').dataset.points) >= {CHART_POINTS}",
                 timeout=WAIT_MS,
+            )
+            # the hour chart: a minute of load closed (with its p99) and the minute in progress beside it
+            page.wait_for_function(
+                "document.getElementById('hour-chart').data[0].y.filter((y) => y > 0).length >= 2",
+                timeout=HOUR_WAIT_MS,
             )
             shoot(page, "overview")
             page.emulate_media(color_scheme="dark")  # the console follows the browser's scheme
@@ -377,7 +351,6 @@ def main() -> None:
     print("starting the console...")
     with running_console() as console:
         print(f"console ready on {console.base_url}; taking screenshots into {IMAGES.relative_to(REPO_ROOT)}/")
-        describe_models(console)
         take_screenshots(console)
     oversized = [path.name for path in IMAGES.glob("*.png") if path.stat().st_size > MAX_PNG_BYTES]
     if oversized:

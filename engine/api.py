@@ -10,7 +10,7 @@
 - monitoring: the sampler, its snapshot type, `/metrics`, and several processes' snapshots merged (the cluster view);
 - front ends the runtime composes and wires in: `/v2` (ASGI and uvicorn's direct protocol), gRPC, `/v1` (OpenAI)
   with vLLM's `/tokenize` and `/detokenize`, and its `BudgetGate`
-  (a Principal's `Budget`s over this process's or Redis's counters).
+  (a Principal's `Budget`s over this process's or Redis's counters; its `UsageLedger`'s `UsageMinute`s).
 """
 
 from engine.config.model_config import ModelConfig
@@ -48,6 +48,7 @@ from engine.frontend.openai import MESSAGES_INPUT, TEXT_INPUT, TEXT_OUTPUT, TOKE
 from engine.frontend.routes import Route
 from engine.llm.budget_redis import RedisCounters
 from engine.llm.budgets import Budget, BudgetGate
+from engine.llm.usage import UsageLedger, UsageMinute
 from engine.monitoring.merge import check_snapshot, merge_figures, merge_snapshots
 from engine.monitoring.prometheus import MetricsApp, check_families
 from engine.monitoring.sampler import BACKLOG_SECONDS, MetricsSampler, Snapshot, narrow
@@ -170,6 +171,8 @@ __all__ = [
     "ServiceLifespan",
     "TEXT_INPUT",
     "TEXT_OUTPUT",
+    "UsageLedger",
+    "UsageMinute",
     "TOKEN_PATHS",
     "V2App",
     "is_openai_path",

@@ -1,5 +1,5 @@
-"""The accounts app's data: API tokens and the token budgets of users and tokens (users, groups and permissions are
-Django's own)."""
+"""The accounts app's data: API tokens, the token budgets of users and tokens, and the tokens they used a minute at a
+time (users, groups and permissions are Django's own)."""
 
 from __future__ import annotations
 
@@ -89,3 +89,24 @@ class TokenBudget(BudgetLimits):
     """One API token's token budget (its user's applies too)."""
 
     token = models.OneToOneField(ApiToken, on_delete=models.CASCADE, related_name="budget")
+
+
+class UsageMinute(models.Model):
+    """The tokens one caller used in one minute, added up over every replica (console/accounts/usage.py writes it).
+
+    The caller is kept by id and name, not by foreign key, so its usage still counts after its account or token is
+    deleted: user 0 is an anonymous caller, token 0 a request without an API token (a signed-in session).
+    """
+
+    minute = models.BigIntegerField()  # whole minutes since the epoch (UTC)
+    user_id = models.BigIntegerField()
+    user_name = models.CharField(max_length=150)
+    token_id = models.BigIntegerField()
+    prompt = models.PositiveBigIntegerField(default=0)
+    completion = models.PositiveBigIntegerField(default=0)
+    cached = models.PositiveBigIntegerField(default=0)  # the part of the prompt read from the prefix cache
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["minute", "user_id", "token_id"], name="usage_minute_one_row_per_caller")
+        ]

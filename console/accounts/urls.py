@@ -1,10 +1,10 @@
-"""URLs of the accounts app: user pages, own tokens, budgets, and the users, tokens and budgets API."""
+"""URLs of the accounts app: user pages, own tokens, budgets, and the users, tokens, budgets and usage API."""
 
 from __future__ import annotations
 
 from django.urls import path
 
-from console.accounts import api, budget_views, budgets_api, views
+from console.accounts import api, budget_views, budgets_api, usage_chart, views
 
 app_name = "accounts"
 
@@ -26,4 +26,5 @@ urlpatterns = [
     path("api/tokens/<int:pk>/", api.TokenDetailApi.as_view(), name="api-token"),
     path("api/users/<int:pk>/budget/", budgets_api.UserBudgetApi.as_view(), name="api-user-budget"),
     path("api/tokens/<int:pk>/budget/", budgets_api.TokenBudgetApi.as_view(), name="api-token-budget"),
+    path("api/usage/", usage_chart.UsageApi.as_view(), name="api-usage"),
 ]

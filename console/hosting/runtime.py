@@ -18,7 +18,8 @@ console/peers/layer.py, so change notices reach it):
    the RepositoryPoller (console/registry/poller.py) applies INFERA_MODEL_REPOSITORY once, then at its interval;
    the analysis runner starts taking queued analyses (console/analyzer/runner.py);
 5. the sampler takes a snapshot a second and publishes it to the dashboards; in a cluster (Redis, or workers) also
-   to the other processes, whose snapshots it hears and merges (console/monitoring/cluster.py).
+   to the other processes, whose snapshots it hears and merges (console/monitoring/cluster.py); the usage recorder
+   writes the tokens callers used to the database every few seconds (console/accounts/usage.py).
 
 Stopping runs the other way round, the gRPC server finishing its in-flight calls before the engine stops. A graceful
 shutdown drains first (`drain()`, shutdown.py): from the first SIGTERM every step has until one deadline,
@@ -38,6 +39,7 @@ from channels.layers import get_channel_layer
 from console.accounts.budgets import budget_gate
 from console.accounts.inference_auth import TokenCache, make_v2_authenticator
 from console.accounts.revocations import RevocationListener
+from console.accounts.usage import UsageRecorder
 from console.analyzer.runner import AnalysisRunner
 from console.config import InferaSettings
 from console.hosting.shutdown import Connections
@@ -112,6 +114,7 @@ class Runtime:
         )
         # token budgets on /v1 and generate: counted in Redis when there is one (every replica), else in this process
         self.budgets = budget_gate(settings.redis_url)
+        self.usage = UsageRecorder(self.budgets.ledger)  # what callers used, a minute at a time, for the console
         self.v2 = V2App(
             self.server,
             authenticate=self.authenticate,
@@ -203,6 +206,7 @@ class Runtime:
             self.sampler.start()
             if self.cluster.enabled:
                 self.cluster_listener.start()
+            self.usage.start()
             self.started.append("monitoring")
             logger.info("engine ready; monitoring every %.0f s, streaming to /ws/metrics/", self.sampler.interval)
         except Exception as exc:
@@ -280,6 +284,8 @@ class Runtime:
             # in-flight calls finish before the engine they use stops
             await (self._grpc_stopping or self.grpc.stop(self.grace_left()))
         await self.server.stop(grace_seconds=self.grace_left())
+        if "monitoring" in self.started:
+            await self.usage.stop()  # after the engine: the last requests' usage is counted by then
         if "heartbeat" in self.started:
             await self.heartbeat.stop()
         await self.revocations.stop()

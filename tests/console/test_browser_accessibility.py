@@ -55,6 +55,7 @@ def test_every_page_has_no_serious_violation(chromium_browser, infera_server: Se
         page.goto(infera_server.base_url + "/users/", wait_until="networkidle")
         page.click("#users tbody a")
         page.wait_for_load_state("networkidle")
+        page.wait_for_selector("#usage-chart[data-empty]")  # its token usage chart drawn (empty: it says why)
         found += violations(page, axe, f"a user's page ({scheme})")
     finally:
         context.close()

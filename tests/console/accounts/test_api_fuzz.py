@@ -1,4 +1,4 @@
-"""Schemathesis against the users and tokens API (from its OpenAPI schema): junk answers 4xx, never 500."""
+"""Schemathesis against the users, tokens and usage API (from its OpenAPI schema): junk answers 4xx, never 500."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from console.accounts.tokens import issue_token
 from tests.console.accounts.conftest import make_user
 from tests.console.api_schema import api_schema
 
-schema = api_schema(r"^/api/(users|tokens)/")
+schema = api_schema(r"^/api/(users|tokens|usage)/")
 
 
 @pytest.fixture

@@ -388,7 +388,9 @@ _BATCH = threading.local()
 def mask_logits(logits: torch.Tensor, states: Mapping[int, GrammarState]) -> None:
     """Set to -inf, in place, the logits of tokens each constrained row's grammar forbids now: row index -> state.
 
-    One batched fill of every constrained row's bitmask (C++ threads), then one masked write; other rows untouched."""
+    One batched fill of every constrained row's bitmask (C++ threads), then one masked write of those rows; other
+    rows untouched. On the CPU the write is xgrammar's kernel, which reads the bits where they lie: unpacking them
+    into a [rows, vocab] tensor first took 2.7x its CPU time (13.5 against 5.0 ms for 32 rows of SmolLM2's 49152)."""
     if not states:
         return
     import torch
@@ -396,15 +398,26 @@ def mask_logits(logits: torch.Tensor, states: Mapping[int, GrammarState]) -> Non
 
     rows = sorted(states)
     vocab = logits.shape[-1]
-    bitmask = xgrammar.allocate_token_bitmask(len(rows), vocab)
+    bitmask = xgrammar.allocate_token_bitmask(logits.shape[0], vocab)
     batch = getattr(_BATCH, "matcher", None)
     if batch is None:
         batch = _BATCH.matcher = xgrammar.BatchGrammarMatcher(max(1, min(8, (os.cpu_count() or 2) // 2)))
-    batch.batch_fill_next_token_bitmask([states[row].matcher for row in rows], bitmask)
-    allowed = _unpack(bitmask.to(logits.device), vocab)
-    index = torch.as_tensor(rows, dtype=torch.long, device=logits.device)
+    batch.batch_fill_next_token_bitmask([states[row].matcher for row in rows], bitmask, indices=rows)
     with torch.inference_mode():  # the model's logits are inference tensors
-        logits[index] = logits[index].masked_fill(~allowed, float("-inf"))
+        if logits.device.type == "cpu" and logits.dtype in (torch.float32, torch.bfloat16, torch.float16):
+            xgrammar.apply_token_bitmask_inplace(logits, bitmask, vocab_size=vocab, indices=rows, backend="cpu")
+        else:
+            apply_unpacked(logits, bitmask, rows)
+
+
+def apply_unpacked(logits: torch.Tensor, bitmask: torch.Tensor, rows: Sequence[int]) -> None:
+    """The same write with torch ops on the logits' device (a GPU's): the rows' bits unpacked, one masked fill."""
+    import torch
+
+    index = torch.as_tensor(rows, dtype=torch.long)
+    allowed = _unpack(bitmask[index].to(logits.device), logits.shape[-1])
+    index = index.to(logits.device)
+    logits[index] = logits[index].masked_fill(~allowed, float("-inf"))
 
 
 _BITS: dict[torch.device, torch.Tensor] = {}

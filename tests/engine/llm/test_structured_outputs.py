@@ -220,3 +220,24 @@ def test_the_mask_touches_only_the_constrained_rows_and_their_forbidden_tokens(r
     assert torch.equal(logits[1][allowed], before[1][allowed])
     first = {runner.tokenizer.decode([token]) for token in allowed.nonzero().flatten().tolist()}
     assert all("alpha".startswith(text) or "beta".startswith(text) for text in first), first
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_it_masks_the_same_tokens_with_the_cpu_kernel_as_with_torch_ops(runner, dtype):
+    import torch
+    import xgrammar
+
+    from engine.llm.structured import GrammarState, apply_unpacked, mask_logits
+
+    vocab = runner.shape.vocab_size
+    states = {0: GrammarState(grammar(runner, "json", PERSON)), 2: GrammarState(grammar(runner, "regex", "[a-c]+"))}
+    logits = torch.randn(4, vocab).to(getattr(torch, dtype))
+    by_kernel, by_torch = logits.clone(), logits.clone()
+    mask_logits(by_kernel, states)
+    bitmask = xgrammar.allocate_token_bitmask(4, vocab)
+    for row, state in states.items():
+        state.matcher.fill_next_token_bitmask(bitmask, row)
+    apply_unpacked(by_torch, bitmask, sorted(states))
+    assert torch.equal(by_kernel, by_torch)
+    assert torch.equal(by_kernel[1], logits[1]) and torch.equal(by_kernel[3], logits[3])
+    assert all(0 < int(torch.isfinite(by_kernel[row]).sum()) < vocab for row in states)

@@ -54,7 +54,7 @@ def usage_chart(
     else:
         by = "user"
     bar = ExpressionWrapper(F("minute") / width, output_field=BigIntegerField())
-    key = {"user": "user_id", "token": "token_id", "kind": "user_id"}[by]
+    key = {"user": "user_id", "token": "token_id", "kind": "user_id"}[by]  # nosec B105 - column names
     grouped = rows.annotate(bar=bar).values(key, "bar").annotate(p=Sum("prompt"), c=Sum("completion"), k=Sum("cached"))
     values: dict[str, list[int]] = {}
     totals = dict.fromkeys(("prompt", "completion", "cached"), 0)

@@ -28,6 +28,7 @@ SPAN_WORDS = {"hour": "the last hour", "day": "the last 24 hours", "week": "the 
 UNITS = {1: "tokens per minute", 15: "tokens per 15 minutes", 60: "tokens per hour"}
 KINDS = ("total", "prompt", "completion", "cached")
 TOP = 8
+clock = time.time  # the chart's "now" (tests set it)
 NOTHING_YET = (
     "No token usage recorded yet: a /v1 completion or embedding, or a generate request, counts here a few seconds "
     "after it ends."
@@ -44,7 +45,7 @@ def usage_chart(
 ) -> dict[str, Any]:
     """The bars of `span` up to `now`, by user (no selection), by token (`user`) or by kind (`token`)."""
     shown, width = SPANS[span]
-    last = int((time.time() if now is None else now) // 60) // width
+    last = int((clock() if now is None else now) // 60) // width
     first = last - shown // width + 1
     rows = UsageMinute.objects.filter(minute__gte=first * width, minute__lt=(last + 1) * width)
     if token is not None:

@@ -84,7 +84,7 @@ def chart(caller, **query) -> dict:
 
 
 def test_it_charts_the_biggest_eight_users_and_the_rest_as_others(admin, usage, monkeypatch):
-    monkeypatch.setattr("console.accounts.usage_chart.time.time", lambda: NOW)
+    monkeypatch.setattr("console.accounts.usage_chart.clock", lambda: NOW)
     answer = chart(admin)
     assert answer["by"] == "user" and answer["unit"] == "tokens per minute" and answer["empty"] is None
     assert len(answer["times"]) == 60 and answer["times"][-1] == MINUTE * 60_000
@@ -99,7 +99,7 @@ def test_it_charts_the_biggest_eight_users_and_the_rest_as_others(admin, usage, 
 
 
 def test_it_charts_a_users_tokens_and_a_tokens_kinds(admin, inference, usage, monkeypatch):
-    monkeypatch.setattr("console.accounts.usage_chart.time.time", lambda: NOW)
+    monkeypatch.setattr("console.accounts.usage_chart.clock", lambda: NOW)
     by_token = chart(admin, user=inference.pk)
     assert [(s["name"], s["total"]) for s in by_token["series"]] == [
         ("token 'script'", 120),
@@ -118,7 +118,7 @@ def test_it_charts_a_users_tokens_and_a_tokens_kinds(admin, inference, usage, mo
 
 @pytest.mark.django_db
 def test_an_empty_chart_says_why(admin, inference, monkeypatch):
-    monkeypatch.setattr("console.accounts.usage_chart.time.time", lambda: NOW)
+    monkeypatch.setattr("console.accounts.usage_chart.clock", lambda: NOW)
     assert "No token usage recorded yet" in chart(admin)["empty"]
     record([Bucket(MINUTE - 2 * 24 * 60, "ingo", inference.pk, None, prompt=5)])
     assert chart(admin, user=inference.pk)["empty"] == "No tokens used by 'ingo' in the last hour."

@@ -15,6 +15,7 @@ PAGES = [
     "/models/",
     "/models/?q=no-such-model",
     "/models/simple/",
+    "/models/simple/#analyzer",  # its in-process notice and form, in a tab the first screen hides
     "/models/digits_pipeline/",
     "/models/text_generator/",
     "/monitoring/",

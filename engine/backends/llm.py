@@ -34,7 +34,8 @@ max_position_embeddings capped at 2048), `max_num_seqs` (32), `max_num_batched_t
 multiplies it natively, else float32; or float32, bfloat16, float16), `enable_prefix_caching` (true),
 `prefix_cache_scope` ("caller", the default: a prompt's cached prefix serves only the caller that computed it, its
 token, user or address, so no caller can time another's prompts; "shared": every caller's), `quantization`
-("none", or "int8": the decoder's linear layers in int8 on a CPU instance, engine/llm/quantization.py),
+("none"; "int8": the decoder's linear layers in int8 on a CPU instance; "int4": in 4-bit groups of 32, Q4_1's
+layout, for one stream's latency; engine/llm/quantization.py),
 `default_max_tokens` (64). A request's `cache_salt` (vLLM's: a parameter of generate, a field of /v1, or in
 `sampling_parameters`) separates its prefix cache further. The scheduler serves the lower priority value first
 (vLLM's rule, 0 by default): `priority` in `sampling_parameters` (where /v1 puts vLLM's field) is taken as it is, any

@@ -50,7 +50,7 @@ def prefix_cache_per_caller(config: ModelConfig) -> bool:
 
 
 def quantization_of(config: ModelConfig, dtype: str, device: str) -> str:
-    """`quantization`: "none" (the default) or "int8", checked against the dtype and the device."""
+    """`quantization`: "none" (the default), "int8" or "int4", checked against the dtype and the device."""
     from engine.llm.quantization import check_quantization
 
     value = parameter(config, "quantization", str, "none")

@@ -25,7 +25,7 @@ import torch
 from torch.nn import functional as F  # noqa: N812 - torch's own spelling
 
 from engine.errors import LoadError
-from engine.llm.quantization import check_quantization, quantize_int8
+from engine.llm.quantization import check_quantization, quantize_int4, quantize_int8
 from engine.llm.scheduler import StepPlan
 from engine.llm.weights import WeightsSource, load_model, load_tokenizer
 
@@ -255,6 +255,8 @@ class ModelRunner:
         model = load_model(source, dtype, ATTENTION_NAME).to(device)
         if quantization == "int8":
             quantize_int8(model)
+        elif quantization == "int4":
+            quantize_int4(model)
         return cls(model, tokenizer, device)
 
     def block_bytes(self, block_size: int) -> int:

@@ -4,7 +4,8 @@
 - Infera: `manage.py serve` as users run it (the console, uvicorn, access log on, every other setting its
   default) serving `smollm2` as the demo seeds it (dtype auto, max_num_seqs 32, a 128 MB KV cache), driven over /v1
   by bench.llm_load at 1, 8 and 32 streams; then the prefix cache (one long system prompt, a miss then hits) and
-  memory (RSS of the server's processes before a load, loaded, and after an unload through /v2).
+  memory (RSS of the server's processes before a load, loaded, and after an unload through /v2). Beside it in the
+  same server, `smollm2-int4`: the demo's config with `quantization: "int4"` (one user's latency), at one stream.
 - The direct ceiling: `model.generate` greedy at batch 32 on the GGUF dequantised to DTYPE, in this process.
 - transformers serve --continuous-batching on the GGUF converted once to a Hugging Face folder (DTYPE) under
   var/bench/, from its own virtualenv (bench.llm_peers).
@@ -28,6 +29,7 @@ from bench.servers import ROOT, NotAvailable, ServerProcess, ServerSpec, free_po
 from bench.system import load_average, usable_cores
 
 MODEL = "smollm2"
+INT4_MODEL = "smollm2-int4"  # the same GGUF and config, decoder weights in 4-bit groups: one stream's latency
 STREAMS = (1, 8, 32)
 DIRECT_BATCH = 32
 
@@ -57,15 +59,18 @@ def smollm2_gguf() -> Path:
 
 
 def write_repository(folder: Path, gguf: Path) -> Path:
-    """A store with `smollm2` exactly as the demo seeds it."""
+    """A store with `smollm2` exactly as the demo seeds it, and `smollm2-int4` its int4 twin."""
     from console.demo.repository import SMOLLM2_CONFIG
 
-    version = folder / MODEL / "1"
-    version.mkdir(parents=True, exist_ok=True)
-    (folder / MODEL / "config.pbtxt").write_text(SMOLLM2_CONFIG)
-    target = version / "model.gguf"
-    if not target.exists():
-        os.link(gguf, target)
+    int4 = SMOLLM2_CONFIG.replace(f'name: "{MODEL}"', f'name: "{INT4_MODEL}"')
+    int4 += 'parameters { key: "quantization" value: { string_value: "int4" } }\n'
+    for name, config in ((MODEL, SMOLLM2_CONFIG), (INT4_MODEL, int4)):
+        version = folder / name / "1"
+        version.mkdir(parents=True, exist_ok=True)
+        (folder / name / "config.pbtxt").write_text(config)
+        target = version / "model.gguf"
+        if not target.exists():
+            os.link(gguf, target)
     return folder
 
 
@@ -181,7 +186,7 @@ def infera_runs(workdir: Path, gguf: Path, seconds: float, launch: str) -> dict:
     repository = write_repository(workdir / "llm-repository", gguf)
     spec = infera_spec("uvicorn", free_port(), repository, workdir / "llm-home", mode)
     spec.command = [part for part in spec.command if part != "--no-access-log"]  # make serve's default: on
-    spec.name, spec.ready_models, spec.ready_timeout_s = "infera-llm", [MODEL], 600.0
+    spec.name, spec.ready_models, spec.ready_timeout_s = "infera-llm", [MODEL, INT4_MODEL], 600.0
     result: dict = {"server": "manage.py serve --server uvicorn (access log on, defaults otherwise)", "launch": mode}
     with ServerProcess(spec, ROOT / "bench" / "results" / "logs") as server:
         token = ConsoleHome(workdir / "llm-home").api_token()  # the admin exists once the server has started
@@ -198,6 +203,10 @@ def infera_runs(workdir: Path, gguf: Path, seconds: float, launch: str) -> dict:
             result["rows"].append(row)
         result["prefix"] = prefix_runs(spec.base_url, load_tokenizer(WeightsSource(gguf.parent, gguf.name)))
         print(f"  prefix cache: {result['prefix']}", flush=True)
+        int4_body = story_request(INT4_MODEL)
+        measure(spec.base_url, int4_body, 1, 0.0)  # warm-up
+        result["int4"] = {"rows": [measure(spec.base_url, int4_body, 1, seconds)]}
+        print(f"  infera int4, 1 stream: {result['int4']['rows'][0]['tokens_per_s']:6.1f} tokens/s", flush=True)
         call(f"{spec.base_url}/v2/repository/models/{MODEL}/unload", {}, token)
         wait_unloaded(spec.base_url, token)
         result["memory"]["after_unload_mib"] = settled_rss(server.process.pid)

@@ -94,6 +94,13 @@ def llm_verdicts(results: dict) -> list[Verdict]:
             infera_at[1],
             _figure("llama.cpp server", llama, 1, rate),
         ),
+        (
+            'LLM tokens/s on one stream, quantization "int4", vs llama.cpp server (same GGUF)',
+            1.0,
+            False,
+            _figure("infera int4", (infera or {}).get("int4"), 1, rate),
+            _figure("llama.cpp server", llama, 1, rate),
+        ),
     ]
     verdicts = [_peer_verdict(*goal) for goal in goals]
     memory = (infera or {}).get("memory") or {}
@@ -151,6 +158,7 @@ def llm_text(run: dict) -> str:
         rows.append(_stream_cells("Infera", infera, streams))
         rows.append(_stream_cells("transformers serve --continuous-batching", run.get("transformers"), streams))
         if streams == 1:  # llama.cpp's server answers one request at a time
+            rows.append(_stream_cells('Infera, quantization "int4"', infera.get("int4"), streams))
             rows.append(_stream_cells("llama-cpp-python server (Q4_1 GGUF)", run.get("llama_cpp"), streams))
     if "unavailable" in direct or not direct:
         rows.append(

@@ -38,6 +38,7 @@ def _run() -> dict:
             "rows": [_row(1, 70.0, 0.05), _row(8, 200.0, 0.1), _row(32, 300.0, 2.0)],
             "prefix": {"prompt_tokens": 1000, "max_tokens": 8, "miss_s": 1.0, "hit_s": 0.1, "other_question_s": 0.2},
             "memory": {"started_mib": 900.0, "before_load_mib": 500.0, "loaded_mib": 900.0, "after_unload_mib": 600.0},
+            "int4": {"rows": [_row(1, 45.0, 0.04)]},
         },
         "direct": {"batch": 32, "dtype": "bfloat16", "torch_threads": 2, "seconds": 10.0, "tokens_per_s": 204.8},
         "transformers": {"rows": [_row(1, 30.0, 0.2), _row(8, 64.0, 0.8), _row(32, 89.0, 4.1)], "command": "x"},
@@ -65,6 +66,12 @@ def test_its_goals_are_checked_against_the_peers_of_the_same_run():
     assert verdicts["LLM TTFT on a prefix-cache hit vs the miss (1,000-token prompt)"].status == "PASS"
     one_stream = verdicts["LLM tokens/s on one stream vs llama.cpp server (same GGUF)"]
     assert one_stream.status == "N/A" and "no compiler" in one_stream.measured
+    int4 = verdicts['LLM tokens/s on one stream, quantization "int4", vs llama.cpp server (same GGUF)']
+    assert int4.status == "N/A" and "no compiler" in int4.measured
+    ran = _run() | {"llama_cpp": {"rows": [_row(1, 60.0, 0.03)], "command": "x"}}
+    verdicts = {v.target: v for v in llm_verdicts({"llm": ran})}
+    assert verdicts["LLM tokens/s on one stream vs llama.cpp server (same GGUF)"].measured == "1.17×"  # 70 / 60
+    assert verdicts['LLM tokens/s on one stream, quantization "int4", vs llama.cpp server (same GGUF)'].status == "MISS"
     memory = verdicts["LLM RSS after unload vs before load"]
     assert memory.status == "MISS" and memory.measured.startswith("+100 MiB")
 
@@ -79,6 +86,7 @@ def test_an_llm_only_run_leaves_the_rest_of_the_report(tmp_path):
     assert text.startswith("# Benchmarks\n\nGenerated earlier.\n\n## Targets\n\nkept\n\n## " + LLM_HEADING)
     assert text.endswith("## GPU path (bench/gpu.sh)\n\ngpu\n")
     assert "| Infera | 32 | 300 | 2.00 | 4.00 | 64 (0 short, 0 failed) |" in text
+    assert '| Infera, quantization "int4" | 1 | 45 | 0.04 | 0.08 | 2 (0 short, 0 failed) |' in text
     assert "| transformers generate (direct, no server) | 32 | 205 | – | – | one batch in 10.0 s |" in text
     assert "not run: pip install llama-cpp-python[server]==0.3.36 failed" in text
     assert "| LLM tokens/s at 32 streams vs transformers serve | ≥ 3× | 3.37× | PASS |" in text

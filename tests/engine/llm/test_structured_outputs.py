@@ -222,8 +222,7 @@ def test_the_mask_touches_only_the_constrained_rows_and_their_forbidden_tokens(r
     assert all("alpha".startswith(text) or "beta".startswith(text) for text in first), first
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_it_masks_the_same_tokens_with_the_cpu_kernel_as_with_torch_ops(runner, dtype):
+def test_it_masks_the_same_tokens_on_the_cpu_as_with_torch_ops(runner):
     import torch
     import xgrammar
 
@@ -231,13 +230,35 @@ def test_it_masks_the_same_tokens_with_the_cpu_kernel_as_with_torch_ops(runner, 
 
     vocab = runner.shape.vocab_size
     states = {0: GrammarState(grammar(runner, "json", PERSON)), 2: GrammarState(grammar(runner, "regex", "[a-c]+"))}
-    logits = torch.randn(4, vocab).to(getattr(torch, dtype))
-    by_kernel, by_torch = logits.clone(), logits.clone()
-    mask_logits(by_kernel, states)
+    logits = torch.randn(4, vocab)
+    on_cpu, by_torch = logits.clone(), logits.clone()
+    mask_logits(on_cpu, states)
     bitmask = xgrammar.allocate_token_bitmask(4, vocab)
     for row, state in states.items():
         state.matcher.fill_next_token_bitmask(bitmask, row)
     apply_unpacked(by_torch, bitmask, sorted(states))
-    assert torch.equal(by_kernel, by_torch)
-    assert torch.equal(by_kernel[1], logits[1]) and torch.equal(by_kernel[3], logits[3])
-    assert all(0 < int(torch.isfinite(by_kernel[row]).sum()) < vocab for row in states)
+    assert torch.equal(on_cpu, by_torch)
+    assert torch.equal(on_cpu[1], logits[1]) and torch.equal(on_cpu[3], logits[3])
+    assert all(0 < int(torch.isfinite(on_cpu[row]).sum()) < vocab for row in states)
+
+
+@pytest.mark.parametrize("forbidden_share", [0.02, 0.5, 0.98])
+def test_it_writes_the_mask_on_the_cpu_by_either_way_exactly(forbidden_share):
+    import numpy as np
+    import torch
+
+    from engine.llm.structured import apply_unpacked, write_mask_on_cpu
+
+    vocab = 1000
+    forbidden = torch.rand(3, vocab, generator=torch.Generator().manual_seed(0)) < forbidden_share
+    forbidden[1] = False  # an unconstrained row: its bits allow every token
+    allowed = np.ones((3, 1024), dtype=bool)  # the padding's bits are set, as xgrammar allocates them
+    allowed[:, :vocab] = ~forbidden.numpy()
+    bitmask = torch.from_numpy(np.packbits(allowed, axis=-1, bitorder="little").view(np.int32))
+    logits = torch.randn(3, vocab)
+    on_cpu, by_torch = logits.clone(), logits.clone()
+    write_mask_on_cpu(on_cpu, bitmask, [0, 2])
+    apply_unpacked(by_torch, bitmask, [0, 2])
+    assert torch.equal(on_cpu, by_torch)
+    assert bool(torch.isneginf(on_cpu[forbidden]).all())
+    assert torch.equal(on_cpu[~forbidden], logits[~forbidden])

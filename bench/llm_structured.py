@@ -20,6 +20,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import psutil
+
 from bench.infera import infera_spec
 from bench.llm import MODEL, call, smollm2_gguf, write_repository
 from bench.llm_load import measure, story_request
@@ -53,15 +55,33 @@ def bodies(max_tokens: int = MAX_TOKENS) -> dict[str, dict]:
     return {"free text": free, "json_schema": free | {"response_format": response_format}}
 
 
-def interleaved(base_url: str, requests: dict[str, dict], streams: int, rounds: int, seconds: float) -> list[dict]:
-    """`rounds` rounds of every request in turn (A, B, A, B, ...), each `streams` closed loops for `seconds`."""
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of a process and its descendants so far."""
+    root = psutil.Process(pid)
+    total = 0.0
+    for process in [root, *root.children(recursive=True)]:
+        try:
+            times = process.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
+def interleaved(server: ServerProcess, requests: dict[str, dict], streams: int, rounds: int, seconds: float) -> list:
+    """`rounds` rounds of every request in turn (A, B, A, B, ...), each `streams` closed loops for `seconds`; the
+    server's CPU time of each too (what the step costs, whatever else runs on the machine)."""
     rows = []
     for number in range(1, rounds + 1):
         for mode, body in requests.items():
-            row = measure(base_url, body, streams, seconds) | {"round": number, "mode": mode, "load": load_average()}
+            before = cpu_seconds(server.process.pid)
+            row = measure(server.spec.base_url, body, streams, seconds)
+            row |= {"round": number, "mode": mode, "load": load_average()}
+            row["cpu_s"] = cpu_seconds(server.process.pid) - before
             print(
                 f"  round {number} {mode:>11}: {row['tokens_per_s']:6.1f} tokens/s, {row['finished']} finished "
-                f"({row['short']} short, {row['failures']} failed), load {row['load']}",
+                f"({row['short']} short, {row['failures']} failed), server CPU {row['cpu_s']:.1f} s, "
+                f"load {row['load']}",
                 flush=True,
             )
             rows.append(row)
@@ -72,14 +92,13 @@ def summarize(rows: list[dict]) -> dict:
     """Aggregate tokens/s of each mode (all its rounds' tokens over all their seconds), the ratio, each round's."""
     modes: dict[str, dict] = {}
     for row in rows:
-        mode = modes.setdefault(row["mode"], {"tokens": 0, "seconds": 0.0, "finished": 0, "short": 0, "rounds": []})
-        mode["tokens"] += row["tokens"]
-        mode["seconds"] += row["seconds"]
-        mode["finished"] += row["finished"]
-        mode["short"] += row["short"]
+        mode = modes.setdefault(row["mode"], {"tokens": 0, "seconds": 0.0, "cpu_s": 0.0, "finished": 0, "rounds": []})
+        for key in ("tokens", "seconds", "cpu_s", "finished"):
+            mode[key] += row[key]
         mode["rounds"].append(row["tokens_per_s"])
     for mode in modes.values():
         mode["tokens_per_s"] = mode["tokens"] / mode["seconds"] if mode["seconds"] else 0.0
+        mode["tokens_per_cpu_s"] = mode["tokens"] / mode["cpu_s"] if mode["cpu_s"] else 0.0
         mode["tokens_per_request"] = mode["tokens"] / mode["finished"] if mode["finished"] else 0.0
     free, constrained = modes.get("free text"), modes.get("json_schema")
     if not free or not constrained or not free["tokens_per_s"]:
@@ -87,7 +106,9 @@ def summarize(rows: list[dict]) -> dict:
     pairs = zip(constrained["rounds"], free["rounds"], strict=False)
     ratios = [mine / theirs for mine, theirs in pairs if theirs]
     ratio = constrained["tokens_per_s"] / free["tokens_per_s"]
-    return {"modes": modes, "ratio": ratio, "round_ratios": ratios, "verdict": "PASS" if ratio >= GOAL else "MISS"}
+    cpu = constrained["tokens_per_cpu_s"] / free["tokens_per_cpu_s"] if free["tokens_per_cpu_s"] else None
+    verdict = "PASS" if ratio >= GOAL else "MISS"
+    return {"modes": modes, "ratio": ratio, "round_ratios": ratios, "cpu_ratio": cpu, "verdict": verdict}
 
 
 def sample_answer(base_url: str, requests: dict[str, dict]) -> str:
@@ -110,30 +131,34 @@ def run(workdir: Path, streams: int, rounds: int, seconds: float) -> dict:
         for body in requests.values():  # the first steps of a fresh model; the schema's grammar compiles once
             measure(server.spec.base_url, body, 1, 0.0)
         result["sample"] = sample_answer(server.spec.base_url, requests)
-        result["rows"] = interleaved(server.spec.base_url, requests, streams, rounds, seconds)
+        result["rows"] = interleaved(server, requests, streams, rounds, seconds)
     result["load_after"] = load_average()
     return result | summarize(result["rows"])
 
 
 def markdown(result: dict) -> str:
     """The rounds and the aggregate, as docs/benchmarks.md's tables."""
-    lines = ["| round | request | tokens/s | requests finished | tokens per request | load (1 min) |"]
-    lines.append("| --- | --- | --- | --- | --- | --- |")
+    lines = ["| round | request | tokens/s | requests finished | tokens per request | server CPU (s) | load (1 min) |"]
+    lines.append("| --- | --- | --- | --- | --- | --- | --- |")
     for row in result["rows"]:
         per = row["tokens"] / row["finished"] if row["finished"] else 0.0
         done = f"{row['finished']} ({row['short']} short, {row['failures']} failed)"
-        load = row["load"].split()[0]
-        lines.append(f"| {row['round']} | {row['mode']} | {row['tokens_per_s']:.1f} | {done} | {per:.1f} | {load} |")
-    lines += ["", "| request | tokens | seconds | aggregate tokens/s | per round |", "| --- | --- | --- | --- | --- |"]
+        cells = [str(row["round"]), row["mode"], f"{row['tokens_per_s']:.1f}", done, f"{per:.1f}"]
+        cells += [f"{row['cpu_s']:.1f}", row["load"].split()[0]]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "| request | tokens | seconds | aggregate tokens/s | per round | tokens per server CPU second |"]
+    lines.append("| --- | --- | --- | --- | --- | --- |")
     for name, mode in result["modes"].items():
         rounds = ", ".join(f"{value:.1f}" for value in mode["rounds"])
-        lines.append(f"| {name} | {mode['tokens']} | {mode['seconds']:.1f} | {mode['tokens_per_s']:.1f} | {rounds} |")
+        cells = [name, str(mode["tokens"]), f"{mode['seconds']:.1f}", f"{mode['tokens_per_s']:.1f}", rounds]
+        lines.append("| " + " | ".join([*cells, f"{mode['tokens_per_cpu_s']:.1f}"]) + " |")
     if result.get("ratio") is not None:
         spread = ", ".join(f"{value:.2f}" for value in result["round_ratios"])
         lines += [
             "",
             f"json_schema / free text: {result['ratio']:.2f}x (cost {100 * (1 - result['ratio']):.0f}%), "
-            f"per round {spread}; goal >= {GOAL}x: {result['verdict']}",
+            f"per round {spread}; goal >= {GOAL}x: {result['verdict']}; per server CPU second "
+            f"{result['cpu_ratio']:.2f}x",
         ]
     lines.append(f"\nload average before {result['load_before']}, after {result['load_after']}")
     return "\n".join(lines)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -23,7 +24,7 @@ from pathlib import Path
 import psutil
 
 from bench.infera import infera_spec
-from bench.llm import MODEL, call, smollm2_gguf, write_repository
+from bench.llm import MODEL, call, smollm2_gguf
 from bench.llm_load import measure, story_request
 from bench.servers import ROOT, ServerProcess, free_port
 from bench.system import load_average, usable_cores
@@ -45,6 +46,16 @@ STORY_SCHEMA = {
     "additionalProperties": False,
 }
 RESULTS = ROOT / "bench" / "results" / "llm_structured.json"
+
+
+def write_repository(folder: Path, gguf: Path) -> Path:
+    """A store with `smollm2` alone, exactly as the demo seeds it."""
+    from console.demo.repository import SMOLLM2_CONFIG
+
+    (folder / MODEL / "1").mkdir(parents=True)
+    (folder / MODEL / "config.pbtxt").write_text(SMOLLM2_CONFIG)
+    os.link(gguf, folder / MODEL / "1" / "model.gguf")
+    return folder
 
 
 def bodies(max_tokens: int = MAX_TOKENS) -> dict[str, dict]:

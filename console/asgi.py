@@ -10,6 +10,10 @@ import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 
+from engine.environment.openmp import prefer_passive_wait  # noqa: E402
+
+prefer_passive_wait()  # before anything imports torch: libgomp reads it once
+
 import django  # noqa: E402
 
 django.setup(set_prefix=False)

@@ -132,7 +132,7 @@ class StructuredOutput:
             if not isinstance(value, Mapping | bool):
                 raise InvalidStructuredOutput(name, "must be a JSON schema (an object)")
             _check_schema(value, name)
-            return cls(kind, _bounded(name, json.dumps(value, sort_keys=True)), strict, name)
+            return cls(kind, _bounded(name, json.dumps(value)), strict, name)
         if kind in ("regex", "grammar"):
             if not isinstance(value, str) or not value:
                 raise InvalidStructuredOutput(name, "must be a non-empty string")
@@ -145,7 +145,7 @@ class StructuredOutput:
             return cls(kind, _bounded(name, json.dumps(value, ensure_ascii=False)), False, name)
         if kind == "structural_tag":
             tag = _structural_tag(value, name)
-            return cls(kind, _bounded(name, json.dumps(tag, sort_keys=True, ensure_ascii=False)), strict, name)
+            return cls(kind, _bounded(name, json.dumps(tag, ensure_ascii=False)), strict, name)
         raise InvalidStructuredOutput(name, f"is not a kind of structured output ({', '.join(KINDS)})")
 
     def as_options(self) -> dict[str, Any]:

@@ -135,7 +135,9 @@ def test_it_calls_one_of_the_tools_for_required(openai_llm_client):
 
 
 def test_it_streams_one_or_more_valid_calls_for_required(openai_llm_client):
-    for seed in (21, 22):
+    # seeds whose sampling (a random tiny model, parallel calls allowed) ends its calls within 200 tokens: 2 and 1
+    # calls with the schemas' properties in their own order; most seeds go on calling until the length runs out
+    for seed in (21, 27):
         calls, _, reasons, _ = streamed_calls(
             chat(openai_llm_client, tool_choice="required", seed=seed, stream=True, max_tokens=200)
         )

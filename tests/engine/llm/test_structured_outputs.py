@@ -77,6 +77,13 @@ def test_it_holds_json_schema_answers_to_the_schema_for_every_seed(engine, runne
         jsonschema.validate(json.loads(text), PERSON)
 
 
+def test_it_keeps_the_schemas_property_order(engine, runner):
+    compiled = grammar(runner, "json", PERSON, strict=True)
+    for seed in SEEDS[:3]:
+        answer = json.loads(text_of(constrained(engine, PROMPTS[seed], compiled, seed=seed, temperature=1.0)))
+        assert list(answer) == list(PERSON["properties"])  # as OpenAI answers: name, age, role, active
+
+
 def test_it_answers_a_json_object_for_json_object(engine, runner):
     compiled = grammar(runner, "json_object", True)
     for seed in SEEDS:

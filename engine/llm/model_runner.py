@@ -15,8 +15,6 @@ greedy `generate` on the same weights and dtype (tests/engine/llm/test_model_run
 
 from __future__ import annotations
 
-import ctypes
-import gc
 from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
@@ -28,13 +26,9 @@ from engine.errors import LoadError
 from engine.llm.quantization import check_quantization, quantize_int4, quantize_int8
 from engine.llm.scheduler import StepPlan
 from engine.llm.weights import WeightsSource, load_model, load_tokenizer
+from engine.serving.memory_return import keep_freed_memory_returnable, release_memory
 
 ATTENTION_NAME = "infera_paged"
-# glibc's mallopt parameters and the values keep_freed_memory_returnable sets
-_M_TRIM_THRESHOLD = -1
-_M_MMAP_THRESHOLD = -3
-ARENA_MMAP_THRESHOLD = 32 * 2**20
-ARENA_TRIM_THRESHOLD = 8 * 2**20
 
 
 class PagedKVCache:
@@ -195,35 +189,6 @@ def _decode_attention(
     return attended.reshape(d, heads, 1, dim)
 
 
-def return_freed_memory() -> None:
-    """Collect what an unloaded model leaves in reference cycles, then ask glibc to give its free pages back to the
-    system (`malloc_trim`: the engine thread's arena and the heap keep them otherwise, RSS staying up after an
-    unload); nothing more where the C library is not glibc."""
-    gc.collect()
-    try:
-        ctypes.CDLL(None).malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
-
-
-def keep_freed_memory_returnable() -> None:
-    """Fix glibc's mmap and trim thresholds (ARENA_MMAP_THRESHOLD, ARENA_TRIM_THRESHOLD), so that a thread's arena
-    hands back what an unloaded model freed at its top.
-
-    By default glibc raises both as large blocks are freed (the trim threshold up to 64 MiB), and `malloc_trim`
-    releases free pages inside an arena but never the top of a thread's arena: 24 blocks of 2 MiB (a KV cache's
-    layers) freed by the thread that allocated them stayed in the RSS, +46 MiB after `return_freed_memory`, +0.2
-    with the thresholds fixed. The mmap threshold sits at glibc's own dynamic ceiling, so tensors under 32 MiB stay
-    in the arenas (a per-step tensor mapped and unmapped each time would fault its pages in again). Process-wide
-    and idempotent; nothing where the C library is not glibc."""
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return
-    mallopt(_M_MMAP_THRESHOLD, ARENA_MMAP_THRESHOLD)
-    mallopt(_M_TRIM_THRESHOLD, ARENA_TRIM_THRESHOLD)
-
-
 def register_attention() -> None:
     from transformers import AttentionInterface
 
@@ -296,7 +261,7 @@ class ModelRunner:
         """Drop the model and the KV cache (the engine has stopped), then hand their freed memory back."""
         self.cache = self.lora = None
         self.model = self.inner = None
-        return_freed_memory()
+        release_memory()
 
     @torch.inference_mode()
     def execute(self, plan: StepPlan) -> tuple[list[Hashable], torch.Tensor]:

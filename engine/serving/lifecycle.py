@@ -18,7 +18,8 @@ from engine.errors import LoadError, ModelNotFound, Unavailable
 from engine.schedulers.dispatcher import Dispatcher, DynamicDispatcher
 from engine.schedulers.sequence_dispatcher import SequenceDispatcher
 from engine.serving.instances import ModelInstance
-from engine.serving.memory_budget import MemoryGovernor, release_memory
+from engine.serving.memory_budget import MemoryGovernor
+from engine.serving.memory_return import release_memory
 from engine.serving.model_status import ModelState, ModelStatus, VersionStatus, warmup_inputs
 from engine.serving.placement import instance_slots, open_backend
 from engine.serving.residency import Residency, ResidentInstances, ensemble_steps

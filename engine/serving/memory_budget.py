@@ -16,11 +16,7 @@ Versions are parked, woken and marked busy by engine.serving.residency.
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import ctypes.util
-import gc
 import logging
-import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -336,29 +332,6 @@ def _gpu_memory(gpu: int, which: str) -> int:
         return int(getattr(library.nvmlDeviceGetMemoryInfo(library.nvmlDeviceGetHandleByIndex(gpu)), which))
     except Exception:  # noqa: BLE001 - a device that does not answer: nothing measured
         return 0
-
-
-def release_memory() -> None:
-    """Give freed memory back after an unload: collect cycles, empty torch's caching allocator, trim glibc's
-    arenas (their freed pages would otherwise stay in the RSS)."""
-    gc.collect()
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_initialized():
-        torch.cuda.empty_cache()
-    if _malloc_trim is not None:
-        _malloc_trim(0)
-
-
-def _load_malloc_trim() -> Callable[[int], int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or None).malloc_trim
-    except (OSError, AttributeError):  # not glibc (musl has no malloc_trim)
-        return None
-
-
-_malloc_trim = _load_malloc_trim()
 
 
 def _mib(size: int) -> str:

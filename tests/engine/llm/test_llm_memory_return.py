@@ -9,7 +9,7 @@ import threading
 import pytest
 import torch
 
-from engine.llm.model_runner import keep_freed_memory_returnable, return_freed_memory
+from engine.serving.memory_return import keep_freed_memory_returnable, release_memory
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux") or not hasattr(ctypes.CDLL(None), "mallopt"), reason="glibc only"
@@ -29,7 +29,7 @@ def test_it_hands_back_what_a_thread_arena_freed_at_its_top():
     keep_freed_memory_returnable()
     # a large block freed raises glibc's dynamic thresholds (trim up to 2 x 30 MiB) unless they are fixed
     torch.ones(30 * MIB, dtype=torch.uint8).sum()
-    return_freed_memory()
+    release_memory()
     before = anonymous_rss_mib()
 
     def engine_thread() -> None:  # a KV cache: blocks of 2 MiB from the arena of the thread that allocates them
@@ -39,5 +39,5 @@ def test_it_hands_back_what_a_thread_arena_freed_at_its_top():
     thread = threading.Thread(target=engine_thread)
     thread.start()
     thread.join()
-    return_freed_memory()
+    release_memory()
     assert anonymous_rss_mib() - before < 16

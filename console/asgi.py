@@ -10,7 +10,7 @@ import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 
-from engine.environment.openmp import prefer_passive_wait  # noqa: E402
+from engine.api import prefer_passive_wait  # noqa: E402 - engine.api loads no torch
 
 prefer_passive_wait()  # before anything imports torch: libgomp reads it once
 

@@ -28,6 +28,7 @@ from engine.config.text_format import (
 )
 from engine.environment.headers import read_header_rules
 from engine.environment.model_control import EVERY_MODEL, read_model_control
+from engine.environment.openmp import prefer_passive_wait
 from engine.environment.trace import read_trace_start_up
 from engine.environment.values import SettingError, parse_bool, read_text
 from engine.errors import (
@@ -138,6 +139,7 @@ __all__ = [
     "read_memory_budget",
     "EVERY_MODEL",
     "read_text",
+    "prefer_passive_wait",
     "read_trace_start_up",
     # analysis
     "Candidate",

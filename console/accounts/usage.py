@@ -92,7 +92,8 @@ class UsageRecorder:
         try:
             await database_sync_to_async(record)(buckets)
             if time.monotonic() >= self._pruned_at + PRUNE_SECONDS:
-                await database_sync_to_async(prune)()
+                # by the ledger's clock, which dates the minutes: a row is as old as that clock says
+                await database_sync_to_async(prune)(self.ledger.clock())
                 self._pruned_at = time.monotonic()
         except Exception as exc:  # the database may be down: the next write retries
             self.unwritten = buckets + self.unwritten

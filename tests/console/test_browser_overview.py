@@ -16,7 +16,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.server]
 WAIT_MS = 60_000
 REQUESTS_NOW = "Number(document.getElementById('figure-now-requests_per_s').dataset.value || 0)"
 SPARK_PEAK = "Number(document.querySelector('[data-sparkline=simple]').dataset.peak || 0)"
-HOUR_REQUESTS = "document.getElementById('hour-chart').data[0].y.some((y) => y > 0)"
+# `data` appears once Plotly has drawn the chart: until then the predicate answers false (a throw would end the wait)
+HOUR_REQUESTS = "document.getElementById('hour-chart').data?.[0]?.y?.some((y) => y > 0) === true"
 TICKS = "(selector) => [...document.querySelectorAll(selector)].map((tick) => tick.textContent.replace(/,/g, ''))"
 
 

@@ -36,3 +36,11 @@ def test_it_is_in_force_in_manage_py_before_torch_loads(chosen: str | None):
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == [chosen or "PASSIVE", "False"]
+
+
+def test_it_is_reachable_through_engine_api_before_torch_loads():
+    """console/asgi.py takes it from engine.api (the console's one door), so that import must not load torch."""
+    code = f"from engine.api import prefer_passive_wait; prefer_passive_wait(); {PROBE}"
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["PASSIVE", "False"]

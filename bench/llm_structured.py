@@ -21,13 +21,12 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-import psutil
-
 from bench.infera import infera_spec
 from bench.llm import MODEL, call, smollm2_gguf
 from bench.llm_load import measure, story_request
 from bench.servers import ROOT, ServerProcess, free_port
 from bench.system import load_average, usable_cores
+from bench.worker_runs import server_cpu_seconds
 
 STREAMS = 32
 MAX_TOKENS = 64
@@ -66,29 +65,16 @@ def bodies(max_tokens: int = MAX_TOKENS) -> dict[str, dict]:
     return {"free text": free, "json_schema": free | {"response_format": response_format}}
 
 
-def cpu_seconds(pid: int) -> float:
-    """User and system CPU time of a process and its descendants so far."""
-    root = psutil.Process(pid)
-    total = 0.0
-    for process in [root, *root.children(recursive=True)]:
-        try:
-            times = process.cpu_times()
-        except psutil.NoSuchProcess:
-            continue
-        total += times.user + times.system
-    return total
-
-
 def interleaved(server: ServerProcess, requests: dict[str, dict], streams: int, rounds: int, seconds: float) -> list:
     """`rounds` rounds of every request in turn (A, B, A, B, ...), each `streams` closed loops for `seconds`; the
     server's CPU time of each too (what the step costs, whatever else runs on the machine)."""
     rows = []
     for number in range(1, rounds + 1):
         for mode, body in requests.items():
-            before = cpu_seconds(server.process.pid)
+            before = server_cpu_seconds(server.process.pid)
             row = measure(server.spec.base_url, body, streams, seconds)
             row |= {"round": number, "mode": mode, "load": load_average()}
-            row["cpu_s"] = cpu_seconds(server.process.pid) - before
+            row["cpu_s"] = server_cpu_seconds(server.process.pid) - before
             print(
                 f"  round {number} {mode:>11}: {row['tokens_per_s']:6.1f} tokens/s, {row['finished']} finished "
                 f"({row['short']} short, {row['failures']} failed), server CPU {row['cpu_s']:.1f} s, "

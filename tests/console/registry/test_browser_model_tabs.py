@@ -31,13 +31,18 @@ def wide_page(chromium_browser):
         context.close()
 
 
+def listed_models(page, server: ServerProcess) -> list[str]:
+    """The names on the models list, signed in as the admin."""
+    sign_in(page, server)
+    page.goto(server.base_url + "/models/")
+    return page.eval_on_selector_all("#model-rows tr[data-model]", "rows => rows.map(row => row.dataset.model)")
+
+
 def test_it_keeps_every_model_pages_first_screen_short(infera_server: ServerProcess, wide_page):
     if reason := engine_front_end_missing():
         pytest.skip(reason)
     page = wide_page
-    sign_in(page, infera_server)
-    page.goto(infera_server.base_url + "/models/")
-    names = page.eval_on_selector_all("#model-rows tr[data-model]", "rows => rows.map(row => row.dataset.model)")
+    names = listed_models(page, infera_server)
     assert len(names) >= 10
     tall = {}
     for name in names:
@@ -55,9 +60,7 @@ def test_it_answers_200_to_try_it_on_the_models_only_the_full_server_seeds(infer
     if reason := engine_front_end_missing():
         pytest.skip(reason)
     page = wide_page
-    sign_in(page, infera_server)
-    page.goto(infera_server.base_url + "/models/")
-    names = page.eval_on_selector_all("#model-rows tr[data-model]", "rows => rows.map(row => row.dataset.model)")
+    names = listed_models(page, infera_server)
     answers = {}
     for name in sorted(set(names) - TRIED):
         page.goto(f"{infera_server.base_url}/models/{name}/")
